@@ -1,0 +1,288 @@
+"""The shapes of ingested events and content blocks (SPEC §3–§4), and their validation.
+
+Validation only checks: what is stored is the event exactly as it was sent (every field kept,
+in the order sent), never a re-serialised model. Models are strict, so a string where a number
+belongs is refused rather than coerced.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeInt,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from app.errors import Unprocessable
+from app.stop_reasons import ACCEPTED_INPUTS, normalise_stop_reason
+
+MAX_EVENT_ID_LENGTH = 200
+
+
+class _Open(BaseModel):
+    """Extra fields are allowed and kept: blocks and events keep what they were sent with."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    inputTokens: NonNegativeInt
+    outputTokens: NonNegativeInt
+    cacheReadTokens: NonNegativeInt | None = None
+    cacheWriteTokens: NonNegativeInt | None = None
+
+
+class TextBlock(_Open):
+    type: Literal["text"]
+    text: str
+
+
+class ReasoningBlock(_Open):
+    type: Literal["reasoning"]
+    text: str
+    signature: str | None = None
+
+
+class ToolCallBlock(_Open):
+    type: Literal["tool_call"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Open):
+    type: Literal["tool_result"]
+    toolCallId: str
+    content: str | list[Block]
+    isError: bool | None = None
+
+
+class OtherBlock(_Open):
+    """Bookkeeping (`step-start`, `step-finish`, `patch`) and any other block type."""
+
+    type: str
+
+
+def _block_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        kind = value.get("type")
+    else:
+        kind = getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in _KNOWN_BLOCKS else "other"
+
+
+_KNOWN_BLOCKS = {"text", "reasoning", "tool_call", "tool_result"}
+
+Block = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ReasoningBlock, Tag("reasoning")]
+    | Annotated[ToolCallBlock, Tag("tool_call")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(
+        _block_tag,
+        custom_error_type="invalid_block",
+        custom_error_message="a content block needs a string 'type'",
+    ),
+]
+
+
+def _check_rfc3339(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError("ts must be an RFC 3339 timestamp") from None
+    return value
+
+
+class _EventBase(_Open):
+    eventId: Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_LENGTH)] | None = None
+    ts: str | None = None
+
+    _ts = field_validator("ts")(_check_rfc3339)
+
+
+class TextDelta(_Open):
+    type: Literal["text"]
+    text: str
+
+
+class ReasoningDelta(_Open):
+    type: Literal["reasoning"]
+    text: str
+
+
+class ToolCallDelta(_Open):
+    type: Literal["tool_call"]
+
+
+Delta = Annotated[TextDelta | ReasoningDelta | ToolCallDelta, Field(discriminator="type")]
+
+
+class AssistantChunk(_EventBase):
+    type: Literal["assistant/chunk"]
+    delta: Delta
+
+
+class AssistantMessageBody(_Open):
+    id: str | None = None
+    content: list[Block]
+    usage: Usage | None = None
+    stopReason: str | None = None
+    error: Any = None
+
+
+class AssistantMessage(_EventBase):
+    type: Literal["assistant/message"]
+    message: AssistantMessageBody
+
+
+class ToolResultEvent(_EventBase):
+    type: Literal["tool/result"]
+    toolCallId: str
+    content: str | list[Block]
+    isError: bool | None = None
+
+
+class UserMessageBody(_Open):
+    content: str | list[Block]
+
+
+class UserMessage(_EventBase):
+    type: Literal["user/message"]
+    message: UserMessageBody
+
+
+class StepEvent(_EventBase):
+    type: Literal["step/start", "step/finish"]
+
+
+class TurnEnd(_EventBase):
+    type: Literal["turn/end"]
+    stopReason: Annotated[str, Field(json_schema_extra={"examples": list(ACCEPTED_INPUTS)})]
+    error: Any = None
+    usage: Usage | None = None
+
+    @field_validator("stopReason")
+    @classmethod
+    def _known_stop_reason(cls, value: str) -> str:
+        normalise_stop_reason(value)
+        return value
+
+
+class ExtensionEvent(_EventBase):
+    """`x-…` events: logged, opaque, never interpreted."""
+
+    type: Annotated[str, Field(pattern=r"^x-")]
+
+
+_EVENT_MODELS: dict[str, str] = {
+    "assistant/chunk": "assistant/chunk",
+    "assistant/message": "assistant/message",
+    "tool/result": "tool/result",
+    "user/message": "user/message",
+    "step/start": "step",
+    "step/finish": "step",
+    "turn/end": "turn/end",
+}
+
+
+def _event_tag(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    if kind in _EVENT_MODELS:
+        return _EVENT_MODELS[kind]
+    return "x" if kind.startswith("x-") else None
+
+
+IngestEvent = Annotated[
+    Annotated[AssistantChunk, Tag("assistant/chunk")]
+    | Annotated[AssistantMessage, Tag("assistant/message")]
+    | Annotated[ToolResultEvent, Tag("tool/result")]
+    | Annotated[UserMessage, Tag("user/message")]
+    | Annotated[StepEvent, Tag("step")]
+    | Annotated[TurnEnd, Tag("turn/end")]
+    | Annotated[ExtensionEvent, Tag("x")],
+    Discriminator(
+        _event_tag,
+        custom_error_type="unknown_event_type",
+        custom_error_message=(
+            "'type' must be one of assistant/chunk, assistant/message, tool/result, "
+            "user/message, step/start, step/finish, turn/end, or start with 'x-'"
+        ),
+    ),
+]
+
+_EVENT = TypeAdapter(IngestEvent)
+_EVENTS = TypeAdapter(list[IngestEvent])
+
+EVENT_JSON_SCHEMA = _EVENT.json_schema(ref_template="#/components/schemas/{model}")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """``message.content[0].text`` from pydantic's location, without its union tags."""
+    parts: list[str] = []
+    previous: int | str | None = None
+    for position, item in enumerate(loc):
+        is_union_tag = position == 0 or isinstance(previous, int) or previous == "delta"
+        previous = item
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif is_union_tag and item in _UNION_TAGS:
+            continue
+        elif item == "str" or "[" in item:
+            continue  # a branch of a plain union such as ``str | list[Block]``
+        else:
+            parts.append(f".{item}" if parts else item)
+    return "".join(parts)
+
+
+_UNION_TAGS = set(_EVENT_MODELS.values()) | {"x", "other"} | _KNOWN_BLOCKS
+
+
+def _problems(error: ValidationError, index_offset: int, batched: bool) -> list[dict[str, Any]]:
+    found = []
+    for item in error.errors(include_url=False, include_input=False):
+        loc = tuple(item["loc"])
+        index = index_offset
+        if batched and loc and isinstance(loc[0], int):
+            index = index_offset + loc[0]
+            loc = loc[1:]
+        found.append({"index": index, "field": _field_path(loc) or "type", "message": item["msg"]})
+    return found
+
+
+def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
+    """Check a batch of parsed events; raise 422 naming the first bad event's index and field.
+
+    ``index_offset`` is the position of ``events[0]`` in the request (NDJSON lines).
+    """
+    try:
+        _EVENTS.validate_python(events)
+    except ValidationError as error:
+        problems = _problems(error, index_offset, batched=True)
+        # The deepest location of the first bad event says most (a union reports each branch).
+        first = min(problems, key=lambda p: (p["index"], -p["field"].count(".") - p["field"].count("[")))
+        raise Unprocessable(
+            f"event {first['index']}: {first['field']}: {first['message']}",
+            code="invalid_event",
+            index=first["index"],
+            field=first["field"],
+            errors=problems[:20],
+        ) from None

@@ -1,0 +1,113 @@
+"""In-process fan-out of freshly committed events to SSE subscribers and result waiters.
+
+The hub only carries what is already durable: the service publishes after the store commits
+(and, with several replicas, after a notice that another replica committed). Subscribers
+register before they read the log and drop what they already sent by id, so the hand-over
+from "replay from the log" to "live" neither loses nor repeats an event.
+
+A subscriber's buffer is bounded. When it fills (the client stops reading), further events are
+dropped for it and it is marked ``behind``: it then re-reads the log after the last id it sent,
+so memory stays bounded and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+
+from app.lifecycle import RUN_CLOSED, SUBAGENT_END
+from app.store.base import StoredEvent
+
+
+class Subscription:
+    def __init__(self, buffer: int, types: frozenset[str] | None, parent_run_id: str | None = None) -> None:
+        self.queue: asyncio.Queue[StoredEvent] = asyncio.Queue(maxsize=buffer)
+        self.types = types
+        self.parent_run_id = parent_run_id
+        self.behind = False
+
+    def offer(self, event: StoredEvent) -> None:
+        if self.types is not None and event.type not in self.types:
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.behind = True
+
+    async def next(self, timeout: float | None = None) -> StoredEvent | None:
+        """The next live event, or ``None`` when the subscriber fell behind or timed out."""
+        if self.behind and self.queue.empty():
+            return None
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def caught_up(self) -> None:
+        self.behind = False
+
+
+class Hub:
+    def __init__(self, buffer: int = 1000) -> None:
+        self.buffer = buffer
+        self._runs: dict[str, set[Subscription]] = defaultdict(set)
+        self._feeds: set[Subscription] = set()
+        self._turn_ends: dict[str, set[asyncio.Event]] = defaultdict(set)
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(subs) for subs in self._runs.values()) + len(self._feeds)
+
+    def watches(self, run_id: str) -> bool:
+        """Whether anyone here waits on this run (so a remote notice is worth a read)."""
+        return bool(self._runs.get(run_id) or self._turn_ends.get(run_id))
+
+    @property
+    def has_feed_subscribers(self) -> bool:
+        return bool(self._feeds)
+
+    def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
+        subscription = Subscription(self.buffer, types)
+        self._runs[run_id].add(subscription)
+        return subscription
+
+    def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
+        subscription = Subscription(self.buffer, None, parent_run_id)
+        self._feeds.add(subscription)
+        return subscription
+
+    def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:
+        if run_id is None:
+            self._feeds.discard(subscription)
+            return
+        subscribers = self._runs.get(run_id)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._runs[run_id]
+
+    def publish(self, events: Iterable[StoredEvent]) -> None:
+        for event in events:
+            for subscription in self._runs.get(event.run_id, ()):
+                subscription.offer(event)
+            if event.feed_id is not None:
+                for subscription in self._feeds:
+                    if subscription.parent_run_id in (None, event.parent_run_id):
+                        subscription.offer(event)
+            if event.type in (SUBAGENT_END, RUN_CLOSED):
+                for waiter in self._turn_ends.get(event.run_id, ()):
+                    waiter.set()
+
+    def turn_end_signal(self, run_id: str) -> asyncio.Event:
+        """An event set when any turn of the run ends; call :meth:`release` when done."""
+        signal = asyncio.Event()
+        self._turn_ends[run_id].add(signal)
+        return signal
+
+    def release(self, run_id: str, signal: asyncio.Event) -> None:
+        waiters = self._turn_ends.get(run_id)
+        if waiters is not None:
+            waiters.discard(signal)
+            if not waiters:
+                del self._turn_ends[run_id]

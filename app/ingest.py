@@ -1,0 +1,193 @@
+"""Reading request bodies: size limits, content types, JSON, NDJSON and streamed chunk text.
+
+JSON bodies are all-or-nothing. NDJSON and ``text/plain`` bodies are applied as they stream in:
+each piece of the body that completes lines (or, for text, each piece of text) is stored before
+the next is read, so a producer streaming a long session never waits for its end, and a body cut
+off midway keeps what arrived (a retry with the same ``eventId``s is then counted as duplicates).
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
+
+from app.errors import BadRequest, LastwordError, PayloadTooLarge, Unprocessable, UnsupportedMedia
+from app.events import validate_events
+from app.store.base import AppendOutcome
+
+M = TypeVar("M", bound=BaseModel)
+Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}", limit=limit)
+
+
+async def body_pieces(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The body as it arrives, refused with 413 as soon as it passes ``limit`` bytes."""
+    check_declared_length(request, limit)
+    seen = 0
+    async for piece in request.stream():
+        seen += len(piece)
+        if seen > limit:
+            raise PayloadTooLarge(f"the body passed the limit of {limit} bytes", limit=limit)
+        if piece:
+            yield piece
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    return b"".join([piece async for piece in body_pieces(request, limit)])
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"the body is not valid JSON: {error}", code="malformed_json") from None
+
+
+def require_json(request: Request) -> None:
+    if media_type(request) not in ("application/json", ""):
+        raise UnsupportedMedia(
+            f"expected application/json, got {media_type(request)!r}", code="unsupported_media_type"
+        )
+
+
+async def read_model(request: Request, model: type[M], limit: int, *, optional: bool = False) -> M:
+    """A JSON body validated against ``model`` (an empty body is ``{}`` when ``optional``)."""
+    require_json(request)
+    raw = await read_body(request, limit)
+    if not raw.strip() and optional:
+        return model.model_validate({})
+    data = parse_json(raw)
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or "body"
+        raise Unprocessable(f"{field}: {first['msg']}", field=field) from None
+
+
+class Progress:
+    """What a streamed body has stored so far (reported in the answer, or in a problem)."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.duplicates = 0
+        self.last_seq: int | None = None
+
+    def add(self, outcome: AppendOutcome) -> None:
+        self.accepted += outcome.accepted
+        self.duplicates += outcome.duplicates
+        self.last_seq = outcome.last_seq
+
+    def answer(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "lastSeq": self.last_seq or 0}
+
+    def annotate(self, error: LastwordError) -> LastwordError:
+        """Tell the producer what was kept before the failure."""
+        error.extra.setdefault("accepted", self.accepted)
+        error.extra.setdefault("duplicates", self.duplicates)
+        if self.last_seq is not None:
+            error.extra.setdefault("lastSeq", self.last_seq)
+        return error
+
+
+async def ingest_json(request: Request, limit: int, append: Append) -> dict[str, Any]:
+    raw = await read_body(request, limit)
+    data = parse_json(raw)
+    events = data if isinstance(data, list) else [data]
+    if not events:
+        raise Unprocessable("the batch holds no event", code="empty_batch")
+    validate_events(events)
+    progress = Progress()
+    progress.add(await append(events))
+    return progress.answer()
+
+
+async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[str, Any]:
+    progress = Progress()
+    pending = b""
+    line_number = 0
+    try:
+        async for piece in body_pieces(request, limit):
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            line_number = await _apply_lines(lines, line_number, append, progress)
+        if pending.strip():
+            await _apply_lines([pending], line_number, append, progress)
+    except ClientDisconnect:
+        # What arrived before the break is stored; the producer retries with its eventIds.
+        pass
+    except LastwordError as error:
+        raise progress.annotate(error) from None
+    if progress.last_seq is None:
+        raise Unprocessable("the body holds no event", code="empty_batch")
+    return progress.answer()
+
+
+async def _apply_lines(lines: list[bytes], first_index: int, append: Append, progress: Progress) -> int:
+    """Store the complete lines of one body piece, as one batch; the next line's index."""
+    events: list[dict[str, Any]] = []
+    index = first_index
+    failure: LastwordError | None = None
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = orjson.loads(line)
+            validate_events([event], index_offset=index)
+        except orjson.JSONDecodeError as error:
+            failure = BadRequest(f"line for event {index} is not valid JSON: {error}", code="malformed_json", index=index)
+            break
+        except Unprocessable as error:
+            failure = error
+            break
+        events.append(event)
+        index += 1
+    if events:
+        progress.add(await append(events))
+    if failure is not None:
+        raise failure
+    return index
+
+
+async def ingest_text(request: Request, limit: int, append: Append) -> dict[str, Any]:
+    """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces."""
+    progress = Progress()
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        async for piece in body_pieces(request, limit):
+            try:
+                text = decoder.decode(piece)
+            except UnicodeDecodeError as error:
+                raise BadRequest(f"the body is not valid UTF-8: {error.reason}", code="invalid_utf8") from None
+            if text:
+                progress.add(await append([text_delta(text)]))
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise BadRequest("the body ends inside a UTF-8 character", code="invalid_utf8") from None
+    except ClientDisconnect:
+        pass
+    except LastwordError as error:
+        raise progress.annotate(error) from None
+    return progress.answer()
+
+
+def text_delta(text: str, event_id: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
+    if event_id is not None:
+        event["eventId"] = event_id
+    return event

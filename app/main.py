@@ -1,0 +1,131 @@
+"""The application factory: ``create_app(settings)`` builds the app, its lifespan owns resources.
+
+Nothing connects at import time; the lifespan opens the store, runs the start-up sweep (turns
+whose lease ran out while the service was down end as ``timeout``), starts the periodic sweep,
+and closes everything after shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app import __version__
+from app.api import event_schema_components
+from app.api import router as api_router
+from app.errors import LastwordError, Unavailable
+from app.hub import Hub
+from app.metrics import Metrics
+from app.schemas import Health, Problem
+from app.service import RunService
+from app.settings import Settings
+from app.store import open_store
+from app.streams import router as stream_router
+
+log = logging.getLogger("lastword")
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem_response(status: int, code: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {"type": f"https://lastword.dev/problems/{code}", "title": title, "status": status,
+            "code": code, "detail": detail, **extra}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(LastwordError)
+    async def ours(request: Request, error: LastwordError) -> JSONResponse:
+        return JSONResponse(error.problem(), status_code=error.status, media_type=PROBLEM_JSON)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return problem_response(422, "validation_error", "Invalid input", f"{field}: {first['msg']}", field=field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return problem_response(
+            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail), str(error.detail),
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(500, "internal_error", "Internal error", "the service failed; see its log")
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(event_schema_components())
+        schema["components"]["schemas"].setdefault("Problem", Problem.model_json_schema())
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings)
+        await store.open()
+        hub = Hub(settings.subscriber_buffer)
+        service = RunService(store, hub, app.state.metrics)
+        app.state.service = service
+        await service.sweep_once()
+        sweeper = asyncio.create_task(service.sweep_forever(settings.sweep_interval_seconds))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await store.close()
+
+    app = FastAPI(
+        title="lastword",
+        version=__version__,
+        description="Keeps a subagent's last word: one selection rule, served over REST and SSE.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    app.include_router(api_router)
+    app.include_router(stream_router)
+    _install_error_handlers(app)
+
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Problem}})
+    async def readyz(request: Request) -> Any:
+        """Readiness: the store answers."""
+        try:
+            await request.app.state.service.store.ping()
+        except Unavailable as error:
+            return JSONResponse(error.problem(), status_code=503, media_type=PROBLEM_JSON)
+        return {"status": "ready"}
+
+    @app.get("/metrics", tags=["health"], response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics."""
+        return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

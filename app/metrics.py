@@ -1,0 +1,48 @@
+"""Prometheus metrics, one registry per app so tests can build many apps in one process."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app.store.base import AppendOutcome
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events_ingested = Counter(
+            "lastword_events_ingested", "Events stored, by type.", ["type"], registry=self.registry
+        )
+        self.duplicates = Counter(
+            "lastword_events_duplicate", "Events recognised as retries by eventId.", registry=self.registry
+        )
+        self.ingest_seconds = Histogram(
+            "lastword_ingest_batch_seconds", "Time to store one ingest batch (after validation).",
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+        )
+        self.runs_created = Counter("lastword_runs_created", "Runs created.", registry=self.registry)
+        self.turns_ended = Counter(
+            "lastword_turns_ended", "Turns ended, by stop reason.", ["stop_reason"], registry=self.registry
+        )
+        self.leases_expired = Counter(
+            "lastword_leases_expired", "Turns ended because their lease expired.", registry=self.registry
+        )
+        self.subscribers = Gauge(
+            "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
+        )
+
+    def observe_ingest(self, events: Sequence[dict[str, Any]], outcome: AppendOutcome, seconds: float) -> None:
+        self.ingest_seconds.observe(seconds)
+        if outcome.duplicates:
+            self.duplicates.inc(outcome.duplicates)
+        if outcome.accepted:
+            for kind, count in Tally(event["type"] for event in events).items():
+                self.events_ingested.labels(kind).inc(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,37 @@
+"""Configuration: environment variables prefixed ``LASTWORD_`` (a ``.env`` file is read too).
+
+Every field here is listed with its default in the README's configuration table.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LASTWORD_", env_file=".env", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, description="Port to listen on.")
+    database_url: str = Field(
+        "sqlite:///./data/lastword.db",
+        description="sqlite:///PATH (embedded) or postgresql://… (several replicas).",
+    )
+    durability: Literal["normal", "full"] = Field(
+        "normal",
+        description="SQLite: 'normal' survives a crash of the process, 'full' a power cut.",
+    )
+    lease_seconds: float = Field(
+        600.0, ge=0, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
+    )
+    sweep_interval_seconds: float = Field(1.0, gt=0, description="How often expired leases are looked for.")
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
+    keepalive_seconds: float = Field(15.0, gt=0, description="Keep-alive comment interval on idle SSE streams.")
+    max_wait_seconds: float = Field(300.0, gt=0, description="Longest ?wait= a result request may ask for.")
+    subscriber_buffer: int = Field(
+        1000, gt=0, description="Events buffered per SSE subscriber before a slow one is cut off."
+    )
+    log_level: str = Field("info", description="Log level.")

@@ -1,0 +1,60 @@
+"""Stop reasons (SPEC §6): the wire values and the aliases accepted on input."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+StopReason = Literal[
+    "completed", "max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"
+]
+
+WIRE_VALUES: tuple[str, ...] = (
+    "completed",
+    "max_tokens",
+    "max_turns",
+    "refusal",
+    "cancelled",
+    "error",
+    "timeout",
+)
+
+_ALIASES = {
+    "end_turn": "completed",
+    "stop": "completed",
+    "stop_sequence": "completed",
+    "complete": "completed",
+    "success": "completed",
+    "max_output_tokens": "max_tokens",
+    "length": "max_tokens",
+    "max_turn_requests": "max_turns",
+    "content_filter": "refusal",
+    "aborted": "cancelled",
+    "abort": "cancelled",
+    "canceled": "cancelled",
+    "failed": "error",
+}
+
+ACCEPTED_INPUTS: tuple[str, ...] = WIRE_VALUES + tuple(_ALIASES)
+
+
+def normalise_stop_reason(value: str) -> str:
+    """The wire value for a stop reason as a producer sent it.
+
+    Case is ignored and ``-`` is the same as ``_``. Raises ``ValueError`` for anything that
+    is neither a wire value nor a known alias: a turn must keep the reason it really ended
+    with, so guessing is worse than refusing.
+    """
+    key = value.strip().lower().replace("-", "_")
+    if key in WIRE_VALUES:
+        return key
+    try:
+        return _ALIASES[key]
+    except KeyError:
+        raise ValueError(
+            f"unknown stop reason {value!r}; expected one of {', '.join(WIRE_VALUES)} "
+            "or a known alias"
+        ) from None
+
+
+def is_error(stop_reason: str) -> bool:
+    return stop_reason != "completed"

@@ -1,0 +1,23 @@
+"""Durable storage of runs, turns and event logs: one contract, SQLite and PostgreSQL backends."""
+
+from app.store.base import (
+    AppendOutcome,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    Store,
+    StoredEvent,
+    TurnRecord,
+)
+from app.store.factory import open_store
+
+__all__ = [
+    "AppendOutcome",
+    "EndOutcome",
+    "RunRecord",
+    "RunSpec",
+    "Store",
+    "StoredEvent",
+    "TurnRecord",
+    "open_store",
+]

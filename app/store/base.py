@@ -1,0 +1,181 @@
+"""The storage contract every backend meets, and the records it hands out.
+
+A store owns the durable log and the folds of open turns: every operation that changes a run
+runs in one database transaction, holding the run's row lock, so that ``seq`` is assigned
+gap-free in commit order and a turn ends exactly once, whichever replica asks.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, frozen=True)
+class RunSpec:
+    """What a client asked for when it created a run (kept to answer a repeated create)."""
+
+    run_id: str
+    parent_run_id: str | None
+    agent: str | None
+    mode: str
+    metadata: dict[str, Any]
+    lease_seconds: float | None
+    canonical: str  # the request body, canonical JSON, for the idempotency comparison
+
+
+@dataclass(slots=True, frozen=True)
+class RunRecord:
+    pk: int
+    run_id: str
+    parent_run_id: str | None
+    agent: str | None
+    mode: str
+    metadata: dict[str, Any]
+    lease_seconds: float
+    canonical: str
+    status: str  # running | idle | ended
+    turn: int
+    last_seq: int
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class TurnRecord:
+    run_id: str
+    turn: int
+    start_seq: int
+    started_at: float
+    ended_at: float | None
+    stop_reason: str | None
+    error: Any
+    output: list[dict[str, Any]]
+    usage: dict[str, int]
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+
+@dataclass(slots=True)
+class StoredEvent:
+    run_id: str
+    seq: int
+    turn: int
+    type: str
+    body: dict[str, Any]
+    received_at: float
+    event_id: str | None = None
+    parent_run_id: str | None = None
+    feed_id: int | None = None  # set on lifecycle events: their place in the firehose
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    accepted: int
+    duplicates: int
+    last_seq: int
+    stored: list[StoredEvent] = field(default_factory=list)
+    ended: TurnRecord | None = None
+
+
+@dataclass(slots=True)
+class EndOutcome:
+    run: RunRecord
+    turn: TurnRecord
+    changed: bool  # False when the turn had already ended the same way
+    stored: list[StoredEvent] = field(default_factory=list)
+
+
+class Store(abc.ABC):
+    """The operations the service needs; each is atomic and durable when it returns."""
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`app.errors.Unavailable` when the database cannot be reached."""
+
+    @abc.abstractmethod
+    async def create_run(
+        self, spec: RunSpec, now: float
+    ) -> tuple[RunRecord, bool, list[StoredEvent]]:
+        """Create a run and its first turn; a repeat of the same spec returns the run."""
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> RunRecord: ...
+
+    @abc.abstractmethod
+    async def list_runs(
+        self,
+        *,
+        parent_run_id: str | None,
+        status: str | None,
+        agent: str | None,
+        limit: int,
+        before_pk: int | None,
+    ) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    async def append(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float
+    ) -> AppendOutcome:
+        """Append validated events to the run's open turn, all or nothing."""
+
+    @abc.abstractmethod
+    async def end_turn(
+        self,
+        run_id: str,
+        stop_reason: str,
+        error: Any,
+        now: float,
+        *,
+        only_if_expired: bool = False,
+    ) -> EndOutcome | None:
+        """End the open turn. ``only_if_expired`` (the sweep) ends it only if its lease ran out."""
+
+    @abc.abstractmethod
+    async def start_turn(self, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]: ...
+
+    @abc.abstractmethod
+    async def close_run(
+        self, run_id: str, now: float
+    ) -> tuple[RunRecord, list[StoredEvent]]: ...
+
+    @abc.abstractmethod
+    async def turn_result(
+        self, run_id: str, turn: int | None
+    ) -> tuple[RunRecord, TurnRecord]:
+        """The run and one turn (default: the latest), with the output selected so far."""
+
+    @abc.abstractmethod
+    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
+        """Run and latest turn as of one point in the log (``run.last_seq``)."""
+
+    @abc.abstractmethod
+    async def events_after(
+        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
+    ) -> list[StoredEvent]: ...
+
+    @abc.abstractmethod
+    async def feed_after(
+        self, after: int, parent_run_id: str | None, limit: int
+    ) -> list[StoredEvent]:
+        """Lifecycle events of every run, in firehose order (``feed_id``)."""
+
+    @abc.abstractmethod
+    async def last_feed_id(self) -> int: ...
+
+    @abc.abstractmethod
+    async def expired_runs(self, now: float) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def open_children(self, run_id: str) -> list[str]: ...

@@ -1,0 +1,171 @@
+"""The embedded SQLite backend: one file, WAL journal, one writer thread, several readers.
+
+Durability modes (``LASTWORD_DURABILITY``):
+
+* ``normal`` — WAL with ``synchronous=NORMAL``: a commit is in the OS before it is answered, so
+  it survives ``kill -9`` of the service, but not a power cut.
+* ``full`` — WAL with ``synchronous=FULL``: every commit is fsynced; it survives a power cut.
+
+All writes go through one thread, so transactions never wait on each other's locks; reads use
+a small pool of threads, each with its own connection (WAL readers do not block the writer).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.errors import LastwordError, Unavailable
+from app.store.sql import SqlStore, Tx, run_in
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    pk INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
+    parent_run_id TEXT,
+    agent TEXT,
+    mode TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    lease_seconds REAL NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    lease_expires_at REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id, pk);
+CREATE INDEX IF NOT EXISTS runs_by_lease ON runs (status, lease_expires_at);
+CREATE TABLE IF NOT EXISTS turns (
+    run_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    start_seq INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    stop_reason TEXT,
+    error TEXT,
+    output TEXT,
+    usage TEXT,
+    PRIMARY KEY (run_id, turn)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    event_id TEXT,
+    body TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_event_id ON events (run_id, event_id)
+    WHERE event_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS feed (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    parent_run_id TEXT,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id);
+"""
+
+SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
+    if not url.startswith("sqlite:///"):
+        raise ValueError(f"not a sqlite URL: {url!r}")
+    path = url[len("sqlite:///") :]
+    return path or ":memory:"
+
+
+class SqliteStore(SqlStore):
+    def __init__(self, url: str, *, durability: str = "normal", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.path = sqlite_path(url)
+        self.synchronous = SYNCHRONOUS[durability]
+        self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            connection.execute("PRAGMA busy_timeout=10000")
+            self._local.connection = connection
+            with self._connections_lock:
+                self._connections.append(connection)
+        return connection
+
+    def _transact(self, begin: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            connection = self._connection()
+            tx = Tx(connection.cursor(), str)
+            connection.execute(begin)
+            committed = False
+            try:
+                result = fn(tx, *args)
+                connection.execute("COMMIT")
+                committed = True
+                return result
+            finally:
+                if not committed and connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                tx.finish(committed)
+        except LastwordError:
+            raise
+        except sqlite3.Error as error:
+            raise Unavailable(f"the SQLite store failed: {error}") from error
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await run_in(self._writer_pool, self._transact, "BEGIN IMMEDIATE", fn, *args)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await run_in(self._reader_pool, self._transact, "BEGIN", fn, *args)
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        await run_in(self._writer_pool, self._create_schema)
+
+    def _create_schema(self) -> None:
+        connection = self._connection()
+        # BEGIN IMMEDIATE takes the write lock first, so processes starting together on one
+        # file create the schema one after the other.
+        connection.execute("BEGIN IMMEDIATE")
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                connection.execute(statement)
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO NOTHING",
+            (str(SCHEMA_VERSION),),
+        )
+        connection.execute("COMMIT")
+
+    async def close(self) -> None:
+        self._writer_pool.shutdown(wait=True)
+        self._reader_pool.shutdown(wait=True)
+        with self._connections_lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+
+    async def ping(self) -> None:
+        await self._read(lambda tx: tx.one("SELECT 1"))

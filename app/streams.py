@@ -1,0 +1,191 @@
+"""Server-sent event streams: one run's lifecycle (and chunks), and the firehose of every run.
+
+Ids: a run stream's message ids are the run's ``seq`` (the ``run/snapshot`` takes the ``seq``
+it reflects), the firehose's are its own global order. Either way a client resumes with
+``Last-Event-ID`` (or ``?after=``) and gets exactly what followed.
+
+Order of work for a subscription: register with the hub first, then read the log after the
+resume point, then take live events, dropping any the log already gave. A subscriber that
+fell behind (its bounded buffer filled) goes back to the log instead of being fed from memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.errors import BadRequest
+from app.hub import Subscription
+from app.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
+from app.schemas import Problem
+from app.service import RunService
+from app.store.base import RunRecord, StoredEvent
+from app.views import result_view, run_view
+
+router = APIRouter(prefix="/v1")
+
+PAGE = 500
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
+    400: {"model": Problem, "description": "A bad resume id."},
+    404: {"model": Problem, "description": "Unknown run."},
+}
+
+
+def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
+    if last_event_id is not None and last_event_id.strip():
+        try:
+            value = int(last_event_id)
+        except ValueError:
+            raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id") from None
+        if value < 0:
+            raise BadRequest("Last-Event-ID must not be negative", code="invalid_last_event_id")
+        return value
+    return after
+
+
+def _message(event: StoredEvent, message_id: int) -> ServerSentEvent:
+    return ServerSentEvent(data=orjson.dumps(event.body).decode(), event=event.type, id=str(message_id))
+
+
+def _closes(event: StoredEvent, run: RunRecord) -> bool:
+    return event.type == RUN_CLOSED or (event.type == SUBAGENT_END and run.mode == "oneshot")
+
+
+def _response(request: Request, messages: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    settings = request.app.state.settings
+    return EventSourceResponse(
+        messages,
+        ping=settings.keepalive_seconds,
+        send_timeout=30,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/runs/{runId}/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
+async def run_stream(
+    request: Request,
+    runId: str,
+    include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
+    after: Annotated[int | None, Query(ge=0, description="Resume after this id.")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> EventSourceResponse:
+    """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
+    service: RunService = request.app.state.service
+    types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
+    resume = _resume_point(last_event_id, after)
+    subscription = service.hub.subscribe_run(runId, frozenset(types))
+    try:
+        if resume is None:
+            run, turn = await service.store.snapshot(runId)
+            snapshot = ServerSentEvent(
+                data=orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
+                event="run/snapshot",
+                id=str(run.last_seq),
+            )
+        else:
+            run = await service.store.get_run(runId)
+            snapshot = None
+    except BaseException:
+        service.hub.unsubscribe(runId, subscription)
+        raise
+    start = run.last_seq if resume is None else resume
+    return _response(request, _run_messages(service, subscription, run, snapshot, start, frozenset(types)))
+
+
+async def _run_messages(
+    service: RunService,
+    subscription: Subscription,
+    run: RunRecord,
+    snapshot: ServerSentEvent | None,
+    last: int,
+    types: frozenset[str],
+) -> AsyncIterator[ServerSentEvent]:
+    service.metrics.subscribers.inc()
+    try:
+        if snapshot is not None:
+            yield snapshot
+            if run.status == "ended":
+                return
+        while True:
+            # Cleared before the log is read: an overflow from now on sends us back here.
+            subscription.caught_up()
+            # From the log: everything after the last id sent, page by page.
+            while True:
+                events = await service.store.events_after(run.run_id, last, PAGE, types)
+                for event in events:
+                    yield _message(event, event.seq)
+                    last = event.seq
+                    if _closes(event, run):
+                        return
+                if len(events) < PAGE:
+                    break
+            run = await service.store.get_run(run.run_id)
+            if run.status == "ended" and last >= run.last_seq:
+                return
+            # Live, until the buffer overflows and the log takes over again.
+            while True:
+                event = await subscription.next()
+                if event is None:
+                    break
+                if event.seq <= last:
+                    continue
+                yield _message(event, event.seq)
+                last = event.seq
+                if _closes(event, run):
+                    return
+    finally:
+        service.hub.unsubscribe(run.run_id, subscription)
+        service.metrics.subscribers.dec()
+
+
+@router.get("/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
+async def firehose(
+    request: Request,
+    parentRunId: str | None = None,
+    after: Annotated[int | None, Query(ge=0, description="Resume after this id.")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> EventSourceResponse:
+    """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
+    service: RunService = request.app.state.service
+    resume = _resume_point(last_event_id, after)
+    subscription = service.hub.subscribe_feed(parentRunId)
+    try:
+        start = resume if resume is not None else await service.store.last_feed_id()
+    except BaseException:
+        service.hub.unsubscribe(None, subscription)
+        raise
+    return _response(request, _feed_messages(service, subscription, parentRunId, start))
+
+
+async def _feed_messages(
+    service: RunService, subscription: Subscription, parent_run_id: str | None, last: int
+) -> AsyncIterator[ServerSentEvent]:
+    service.metrics.subscribers.inc()
+    try:
+        while True:
+            subscription.caught_up()
+            while True:
+                events = await service.store.feed_after(last, parent_run_id, PAGE)
+                for event in events:
+                    assert event.feed_id is not None
+                    yield _message(event, event.feed_id)
+                    last = event.feed_id
+                if len(events) < PAGE:
+                    break
+            while True:
+                event = await subscription.next()
+                if event is None:
+                    break
+                assert event.feed_id is not None
+                if event.feed_id <= last:
+                    continue
+                yield _message(event, event.feed_id)
+                last = event.feed_id
+    finally:
+        service.hub.unsubscribe(None, subscription)
+        service.metrics.subscribers.dec()

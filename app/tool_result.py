@@ -1,0 +1,53 @@
+"""The parent model's tool result for a subagent turn (SPEC §9), in MCP ``CallToolResult`` shape.
+
+Its content is never empty and never holds an empty text: a provider refuses both, and the
+parent model must always learn how the child ended and what it said before it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NO_TEXT_OUTPUT = "The subagent finished without text output."
+
+_WHAT_HAPPENED = {
+    "max_tokens": "it reached its output-token limit",
+    "max_turns": "it reached its turn limit",
+    "refusal": "it refused",
+    "cancelled": "it was cancelled",
+    "error": "it failed",
+    "timeout": "it stopped reporting before its lease ran out",
+}
+
+
+def output_text(output: list[dict[str, Any]]) -> str:
+    """The text blocks of a selected output, joined by a blank line."""
+    return "\n\n".join(block["text"] for block in output if block.get("type") == "text")
+
+
+def error_message(error: Any) -> str | None:
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        message = error.get("message")
+        return str(message) if message else None
+    return str(error) or None
+
+
+def headline(stop_reason: str, error: Any) -> str:
+    line = f"The subagent did not complete (stopReason: {stop_reason}): {_WHAT_HAPPENED[stop_reason]}."
+    message = error_message(error)
+    if message:
+        line += " Error: " + " ".join(message.split())
+    return line
+
+
+def tool_result(stop_reason: str, output: list[dict[str, Any]], error: Any) -> dict[str, Any]:
+    """``{content: [{type: "text", text}], isError}`` for an ended turn."""
+    text = output_text(output)
+    if stop_reason == "completed":
+        return {"content": [{"type": "text", "text": text or NO_TEXT_OUTPUT}], "isError": False}
+    full = headline(stop_reason, error)
+    if text:
+        full += "\n\n" + text
+    return {"content": [{"type": "text", "text": full}], "isError": True}
