@@ -1,0 +1,91 @@
+"""Real lastword servers for tests: in a thread (most tests) or as a subprocess (crash tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from app.main import create_app
+from app.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def threaded_server(settings: Settings) -> Iterator[str]:
+    """Serve ``create_app(settings)`` with uvicorn on a free port; yields the base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+        timeout_graceful_shutdown=1, lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+class ServerProcess:
+    """``lastword serve`` in its own process, so a test can ``kill -9`` and restart it."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.port = free_port()
+        self.env = {**os.environ, **env, "LASTWORD_PORT": str(self.port), "LASTWORD_HOST": "127.0.0.1"}
+        self.cwd = cwd
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20) -> ServerProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"], env=self.env, cwd=self.cwd,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready")
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
