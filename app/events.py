@@ -7,6 +7,7 @@ belongs is refused rather than coerced.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -100,11 +101,25 @@ Block = Annotated[
 ]
 
 
+# RFC 3339 ``date-time``; ``datetime.fromisoformat`` alone also takes ISO 8601 forms that are
+# not RFC 3339 (a bare date, no offset, week dates, the basic format).
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-]([0-9]{2}):([0-9]{2}))"
+)
+
+
 def _check_rfc3339(value: str | None) -> str | None:
     if value is None:
         return value
+    match = _RFC3339.fullmatch(value)
     try:
-        datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        if match is None:
+            raise ValueError
+        year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+        datetime(year, month, day, hour, minute, min(second, 59))  # 60 is a leap second
+        if second > 60 or int(match[7] or 0) > 23 or int(match[8] or 0) > 59:
+            raise ValueError
     except ValueError:
         raise ValueError("ts must be an RFC 3339 timestamp") from None
     return value

@@ -335,7 +335,7 @@ class SqlStore(Store):
         return run, True, [start]
 
     async def get_run(self, run_id: str) -> RunRecord:
-        return await self._read(self._run, run_id, lock=False)
+        return await self._read(lambda tx: self._run(tx, run_id, lock=False))
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: str | None, agent: str | None,

@@ -1,0 +1,365 @@
+"""Clients for parent agents and child runtimes: :class:`LastwordClient` and :class:`AsyncLastwordClient`.
+
+Both share one core (:class:`_Core`) that builds requests, decodes answers, decides what to
+retry and keeps streams resumable; the two classes only do the I/O. The transport is
+injectable (``transport=``), as in httpx.
+
+Retries are safe because nothing is ever sent twice under a new identity: events get an
+``eventId`` before the first attempt (a retried batch is counted as duplicates, not stored
+twice), runs get a ``runId`` before the first attempt (a retried create answers 200 with the
+same run), and ending a turn is idempotent on the server.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from app.ids import new_run_id
+from app.schemas import AppendResult, Run, SubagentResult, ToolResult
+
+__all__ = [
+    "AsyncLastwordClient",
+    "LastwordAPIError",
+    "LastwordClient",
+    "StreamMessage",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+CLOSING_EVENTS = frozenset({"run/closed"})
+
+
+class LastwordAPIError(Exception):
+    """The service answered with a problem document (or another non-2xx answer)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.code = str(problem.get("code", "http_error"))
+        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
+
+
+class _Retryable(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"{response.status_code} from {response.request.url}")
+        self.response = response
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    """One SSE message: ``id`` resumes the stream, ``event`` is its type, ``data`` its body."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+class _Core:
+    def __init__(self, token: str | None, retries: int, backoff: float) -> None:
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.retries = retries
+        self.backoff = backoff
+
+    def retry_policy(self) -> dict[str, Any]:
+        return {
+            "stop": stop_after_attempt(self.retries + 1),
+            "wait": wait_exponential_jitter(initial=self.backoff, max=5.0),
+            "retry": retry_if_exception(lambda e: isinstance(e, (httpx.TransportError, _Retryable))),
+            "reraise": True,
+        }
+
+    @staticmethod
+    def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Copies of the events, each with an ``eventId`` (kept when it has one)."""
+        return [
+            dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex}
+            for event in events
+        ]
+
+    @staticmethod
+    def create_body(run_id: str | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+        body = {key: value for key, value in fields.items() if value is not None}
+        body["runId"] = run_id or new_run_id()
+        return body
+
+    @staticmethod
+    def check(response: httpx.Response) -> httpx.Response:
+        if response.status_code in RETRIED_STATUSES:
+            raise _Retryable(response)
+        return response
+
+    @staticmethod
+    def decode(response: httpx.Response, model: type[M]) -> M:
+        if response.is_error:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"detail": response.text}
+            raise LastwordAPIError(response.status_code, problem)
+        return model.model_validate(response.json())
+
+    @staticmethod
+    def stream_params(include_chunks: bool) -> dict[str, str]:
+        return {"include": "chunks"} if include_chunks else {}
+
+    @staticmethod
+    def message(event: ServerSentEvent) -> StreamMessage | None:
+        if not event.id:
+            return None
+        return StreamMessage(int(event.id), event.event, orjson.loads(event.data) if event.data else {})
+
+    @staticmethod
+    def finished(message: StreamMessage, oneshot: bool) -> bool:
+        return message.event in CLOSING_EVENTS or (oneshot and message.event == "subagent/end")
+
+
+def _raise_for_stream(response: httpx.Response) -> None:
+    if response.is_error:
+        response.read()
+        _Core.decode(response, Run)
+
+
+class LastwordClient:
+    """Synchronous client. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff: float = 0.2,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(token, retries, backoff)
+        self._http = httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> LastwordClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        for attempt in Retrying(**self._core.retry_policy()):
+            with attempt:
+                return self._core.check(self._http.request(method, path, **kwargs))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def create_run(
+        self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
+        mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+    ) -> Run:
+        body = self._core.create_body(run_id, {"parentRunId": parent_run_id, "agent": agent, "mode": mode,
+                                                "metadata": metadata, "leaseSeconds": lease_seconds})
+        return self._core.decode(self._request("POST", "/v1/runs", json=body), Run)
+
+    def get_run(self, run_id: str) -> Run:
+        return self._core.decode(self._request("GET", f"/v1/runs/{run_id}"), Run)
+
+    def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
+        batch = self._core.with_event_ids(events)
+        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/events", json=batch), AppendResult)
+
+    def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
+        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
+        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
+
+    def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
+        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
+        if error is not None:
+            body["error"] = error
+        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/end", json=body), SubagentResult)
+
+    def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
+        params = {"turn": turn} if turn else {}
+        return self._core.decode(self._request("GET", f"/v1/runs/{run_id}/result", params=params), SubagentResult)
+
+    def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(60.0, deadline - time.monotonic()))
+            params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
+            response = self._request("GET", f"/v1/runs/{run_id}/result", params=params,
+                                     timeout=wait + self._http.timeout.read if self._http.timeout.read else None)
+            result = self._core.decode(response, SubagentResult)
+            if result.status == "ended" or wait <= 0:
+                return result
+
+    def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
+        """The parent model's tool result; ``None`` while the turn still runs."""
+        params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
+        response = self._request("GET", f"/v1/runs/{run_id}/tool-result", params=params,
+                                 timeout=wait + 30)
+        if response.status_code == 202:
+            return None
+        return self._core.decode(response, ToolResult)
+
+    def stream(self, run_id: str, *, include_chunks: bool = False, after: int | None = None) -> Iterator[StreamMessage]:
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+
+        Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
+        ``run/closed``); nothing is lost or repeated across reconnects.
+        """
+        oneshot = self.get_run(run_id).mode == "oneshot"
+        last = after
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            try:
+                with connect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
+                                 params=self._core.stream_params(include_chunks), headers=headers,
+                                 timeout=httpx.Timeout(30.0, read=None)) as source:
+                    _raise_for_stream(source.response)
+                    for event in source.iter_sse():
+                        message = self._core.message(event)
+                        if message is None:
+                            continue
+                        failures = 0
+                        last = message.id
+                        yield message
+                        if self._core.finished(message, oneshot):
+                            return
+                if last is not None and self.get_run(run_id).status == "ended":
+                    return  # the server closed a stream that had nothing more to say
+            except httpx.TransportError:
+                failures += 1
+                if failures > self._core.retries:
+                    raise
+                time.sleep(min(5.0, self._core.backoff * 2**failures))
+
+
+class AsyncLastwordClient:
+    """Asynchronous client with the same methods as :class:`LastwordClient`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff: float = 0.2,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(token, retries, backoff)
+        self._http = httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout,
+                                       transport=transport)
+
+    async def __aenter__(self) -> AsyncLastwordClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async for attempt in AsyncRetrying(**self._core.retry_policy()):
+            with attempt:
+                return self._core.check(await self._http.request(method, path, **kwargs))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def create_run(
+        self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
+        mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+    ) -> Run:
+        body = self._core.create_body(run_id, {"parentRunId": parent_run_id, "agent": agent, "mode": mode,
+                                                "metadata": metadata, "leaseSeconds": lease_seconds})
+        return self._core.decode(await self._request("POST", "/v1/runs", json=body), Run)
+
+    async def get_run(self, run_id: str) -> Run:
+        return self._core.decode(await self._request("GET", f"/v1/runs/{run_id}"), Run)
+
+    async def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
+        batch = self._core.with_event_ids(events)
+        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/events", json=batch), AppendResult)
+
+    async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
+        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
+        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
+
+    async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
+        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
+        if error is not None:
+            body["error"] = error
+        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/end", json=body), SubagentResult)
+
+    async def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
+        params = {"turn": turn} if turn else {}
+        return self._core.decode(await self._request("GET", f"/v1/runs/{run_id}/result", params=params),
+                                 SubagentResult)
+
+    async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(60.0, deadline - time.monotonic()))
+            params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
+            response = await self._request("GET", f"/v1/runs/{run_id}/result", params=params, timeout=wait + 30)
+            result = self._core.decode(response, SubagentResult)
+            if result.status == "ended" or wait <= 0:
+                return result
+
+    async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
+        params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
+        response = await self._request("GET", f"/v1/runs/{run_id}/tool-result", params=params, timeout=wait + 30)
+        if response.status_code == 202:
+            return None
+        return self._core.decode(response, ToolResult)
+
+    async def stream(
+        self, run_id: str, *, include_chunks: bool = False, after: int | None = None
+    ) -> AsyncIterator[StreamMessage]:
+        import asyncio
+
+        oneshot = (await self.get_run(run_id)).mode == "oneshot"
+        last = after
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            try:
+                async with aconnect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
+                                        params=self._core.stream_params(include_chunks), headers=headers,
+                                        timeout=httpx.Timeout(30.0, read=None)) as source:
+                    if source.response.is_error:
+                        await source.response.aread()
+                        self._core.decode(source.response, Run)
+                    async for event in source.aiter_sse():
+                        message = self._core.message(event)
+                        if message is None:
+                            continue
+                        failures = 0
+                        last = message.id
+                        yield message
+                        if self._core.finished(message, oneshot):
+                            return
+                if last is not None and (await self.get_run(run_id)).status == "ended":
+                    return
+            except httpx.TransportError:
+                failures += 1
+                if failures > self._core.retries:
+                    raise
+                await asyncio.sleep(min(5.0, self._core.backoff * 2**failures))
