@@ -27,7 +27,7 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_random_exponential,
 )
 
 from app.ids import new_run_id
@@ -80,7 +80,7 @@ class _Core:
     def retry_policy(self) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.retries + 1),
-            "wait": wait_exponential_jitter(initial=self.backoff, max=5.0),
+            "wait": wait_random_exponential(multiplier=self.backoff, max=5.0),
             "retry": retry_if_exception(lambda e: isinstance(e, (httpx.TransportError, _Retryable))),
             "reraise": True,
         }

@@ -1,0 +1,147 @@
+"""The client library against a real server: typed answers, safe retries, resuming streams."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import pytest
+
+from app.client import AsyncLastwordClient, LastwordAPIError, LastwordClient
+
+MESSAGE = {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "done"}],
+                                                    "usage": {"inputTokens": 3, "outputTokens": 4}}}
+
+
+class FlakyTransport(httpx.HTTPTransport):
+    """Delivers every request but loses the first answer to each POST, as a dropped connection would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: set[str] = set()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        key = f"{request.method} {request.url.path}"
+        if request.method == "POST" and key not in self.lost:
+            self.lost.add(key)
+            response.read()
+            raise httpx.ReadError("connection dropped after the request was delivered", request=request)
+        return response
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """Records the Last-Event-ID of every stream request it carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streams: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/stream"):
+            self.streams.append(request.headers.get("last-event-id"))
+        return super().handle_request(request)
+
+
+@pytest.fixture
+def client(base_url: str) -> Iterator[LastwordClient]:
+    with LastwordClient(base_url, backoff=0.01) as lastword:
+        yield lastword
+
+
+def test_the_whole_loop_with_typed_answers(client: LastwordClient) -> None:
+    """create_run, push_events, push_text, end, wait_result and tool_result return typed values."""
+    run = client.create_run(agent="writer")
+    assert run.status == "running" and run.agent == "writer"
+    assert client.push_text(run.runId, "draft ").accepted == 1
+    assert client.push_events(run.runId, [MESSAGE]).accepted == 1
+    assert client.tool_result(run.runId) is None  # still running
+    ended = client.end(run.runId, "end_turn")
+    assert ended.stopReason == "completed"
+    result = client.wait_result(run.runId, timeout=5)
+    assert result.output == [{"type": "text", "text": "done"}]
+    assert result.usage.outputTokens == 4
+    tool = client.tool_result(run.runId)
+    assert tool is not None and tool.content[0].text == "done" and not tool.isError
+
+
+def test_retries_after_a_lost_answer_store_nothing_twice(base_url: str) -> None:
+    """Each POST's first answer is lost; the retries reuse runId and eventIds, so nothing doubles."""
+    transport = FlakyTransport()
+    with LastwordClient(base_url, backoff=0.01, transport=transport) as flaky:
+        run = flaky.create_run(agent="flaky")
+        flaky.push_events(run.runId, [{"type": "assistant/chunk", "delta": {"type": "text", "text": "a"}}, MESSAGE])
+        flaky.push_text(run.runId, "b")
+        flaky.end(run.runId, "cancelled")
+    with httpx.Client(base_url=base_url) as plain:
+        runs = plain.get("/v1/runs", params={"agent": "flaky"}).json()["runs"]
+        events = plain.get(f"/v1/runs/{run.runId}/events").json()["events"]
+    assert len(runs) == 1
+    assert [e["event"]["type"] for e in events] == [
+        "subagent/start", "assistant/chunk", "assistant/message", "assistant/chunk", "subagent/end"]
+    assert len(transport.lost) == 4
+
+
+def test_problem_documents_become_errors(client: LastwordClient) -> None:
+    """A refused request raises LastwordAPIError with the status and the problem's code."""
+    with pytest.raises(LastwordAPIError) as refused:
+        client.get_run("no-such-run")
+    assert refused.value.status == 404 and refused.value.code == "run_not_found"
+    run = client.create_run()
+    with pytest.raises(LastwordAPIError) as bad:
+        client.end(run.runId, "exploded")
+    assert bad.value.status == 422
+
+
+def test_stream_resumes_after_a_dropped_connection(client: LastwordClient, base_url: str) -> None:
+    """A stream cut mid-way resumes from its last id: every message once, in order."""
+    run = client.create_run(agent="streamer")
+    pieces = [f"p{i} " for i in range(30)]
+    received = []
+    started = threading.Event()
+
+    def produce() -> None:
+        started.wait(10)
+        with LastwordClient(base_url) as producer:
+            for piece in pieces:
+                producer.push_text(run.runId, piece)
+            producer.end(run.runId, "completed")
+
+    reconnects = CountingTransport()
+    thread = threading.Thread(target=produce)
+    thread.start()
+    stream = client.stream(run.runId, include_chunks=True)
+    for message in stream:
+        received.append(message)
+        if message.event == "run/snapshot":
+            started.set()
+        if len(received) == 10:
+            # Drop the connection under the iterator; it must reconnect by itself.
+            client._http.close()
+            client._http = httpx.Client(base_url=base_url, timeout=30, transport=reconnects)
+    thread.join(10)
+    ids = [m.id for m in received]
+    assert ids == sorted(set(ids)), "ids repeat or go backwards"
+    texts = "".join(m.data["delta"]["text"] for m in received if m.event == "assistant/chunk")
+    assert texts == "".join(pieces)
+    assert received[-1].event == "subagent/end"
+    assert reconnects.streams == [str(received[9].id)], "the client did not resume from its last id"
+
+
+def test_async_client_matches_the_sync_one(base_url: str) -> None:
+    """The async client runs the same loop and streams to subagent/end."""
+
+    async def main() -> list[str]:
+        async with AsyncLastwordClient(base_url, backoff=0.01) as client:
+            run = await client.create_run(agent="async")
+            await client.push_events(run.runId, [MESSAGE])
+            await client.end(run.runId, "max_tokens")
+            result = await client.wait_result(run.runId, timeout=5)
+            assert result.stopReason == "max_tokens" and result.isError
+            tool = await client.tool_result(run.runId)
+            assert tool is not None and tool.isError and "done" in tool.content[0].text
+            return [message.event async for message in client.stream(run.runId, after=0)]
+
+    assert anyio.run(main) == ["subagent/start", "subagent/end"]
