@@ -1,9 +1,20 @@
-"""The ``lastword`` command: ``serve`` runs the service, ``demo`` plays a scripted child."""
+"""The ``lastword`` command.
+
+``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
+client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``demo``
+plays a scripted child.
+"""
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import json
+import os
 import sys
+from typing import Any
+
+from app.client import LastwordClient
 
 from app.settings import Settings
 
@@ -37,6 +48,100 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace) -> LastwordClient:
+    return LastwordClient(args.url, token=args.token)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with _client(args) as client:
+        if args.run is None:
+            messages = client.stream_all(parent_run_id=args.parent)
+        else:
+            messages = client.stream(args.run, include_chunks=True)
+        try:
+            for message in messages:
+                data = message.data
+                if message.event == "assistant/chunk":
+                    delta = data.get("delta", {})
+                    if delta.get("type") == "text":
+                        out.write(delta.get("text", ""))
+                        out.flush()
+                elif message.event == "run/snapshot":
+                    result = data["result"]
+                    out.write(f"[{data['run']['runId']}] turn {result['turn']} {result['status']}\n")
+                elif message.event == "subagent/start":
+                    out.write(f"[{data['runId']}] start turn {data['turn']} agent={data.get('agent', '-')}\n")
+                elif message.event == "subagent/end":
+                    out.write(f"\n[{data['runId']}] end turn {data['turn']}: {data['stopReason']}\n")
+                elif message.event == "run/closed":
+                    out.write(f"[{data['runId']}] closed\n")
+                out.flush()
+        except KeyboardInterrupt:
+            return 130
+    return 0
+
+
+def _result(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.tool:
+            tool = client.tool_result(args.run, wait=args.wait or 0.0)
+            if tool is None:
+                print("the turn is still running", file=sys.stderr)
+                return 3
+            print(tool.model_dump_json(indent=2))
+            return 0
+        if args.wait is not None:
+            result = client.wait_result(args.run, timeout=args.wait)
+        else:
+            result = client.result(args.run)
+        print(result.model_dump_json(indent=2, exclude_none=True))
+    return 0
+
+
+def _push(args: argparse.Namespace) -> int:
+    stdin = sys.stdin.buffer
+    with _client(args) as client:
+        if args.text:
+            # A character split between two reads is completed by the next one.
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            total = 0
+            while piece := stdin.read1(65536):
+                text = decoder.decode(piece)
+                if text:
+                    total += client.push_text(args.run, text).accepted
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                total += client.push_text(args.run, tail).accepted
+            print(f"accepted {total}")
+            return 0
+        batch: list[dict[str, Any]] = []
+        accepted = duplicates = 0
+        for number, line in enumerate(stdin, start=1):
+            if not line.strip():
+                continue
+            try:
+                batch.append(json.loads(line))
+            except ValueError as error:
+                print(f"line {number}: not JSON: {error}", file=sys.stderr)
+                return 2
+            if len(batch) >= args.batch:
+                answer = client.push_events(args.run, batch)
+                accepted, duplicates, batch = accepted + answer.accepted, duplicates + answer.duplicates, []
+        if batch:
+            answer = client.push_events(args.run, batch)
+            accepted, duplicates = accepted + answer.accepted, duplicates + answer.duplicates
+        print(f"accepted {accepted}, duplicates {duplicates}")
+    return 0
+
+
+def _add_remote(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
+                        help="the service's base URL (default: $LASTWORD_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--token", default=os.environ.get("LASTWORD_TOKEN"),
+                        help="bearer token (default: $LASTWORD_TOKEN)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lastword", description="Keeps a subagent's last word.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +169,43 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--url", default="http://127.0.0.1:8000", help="the service's base URL")
     demo.add_argument("--run-id", help="use this run id instead of a generated one")
     demo.set_defaults(handler=_demo)
+
+    tail = commands.add_parser(
+        "tail",
+        help="follow one run or every run in the terminal",
+        description="Follow a run: its start, its live text, its end with the stop reason. "
+        "Without RUN, follow every run's starts and ends.",
+        epilog="examples: lastword tail 01J9Z3...   |   lastword tail --parent parent-run-id",
+    )
+    tail.add_argument("run", nargs="?", metavar="RUN", help="the run to follow (default: all runs)")
+    tail.add_argument("--parent", help="with no RUN: only children of this run")
+    _add_remote(tail)
+    tail.set_defaults(handler=_tail)
+
+    result = commands.add_parser(
+        "result",
+        help="print a run's result (or its tool result)",
+        description="Print the latest turn's SubagentResult as JSON; --wait blocks until the turn ends.",
+        epilog="example: lastword result 01J9Z3... --wait 60",
+    )
+    result.add_argument("run", metavar="RUN")
+    result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
+    result.add_argument("--tool", action="store_true", help="print the parent model's tool result instead")
+    _add_remote(result)
+    result.set_defaults(handler=_result)
+
+    push = commands.add_parser(
+        "push",
+        help="push NDJSON events or plain text from stdin into a run",
+        description="Read NDJSON events (one per line) from stdin and append them in batches; "
+        "with --text, append stdin as bare chunk text. Events get eventIds, so retries are safe.",
+        epilog="examples: lastword push RUN < events.ndjson   |   echo hello | lastword push RUN --text",
+    )
+    push.add_argument("run", metavar="RUN")
+    push.add_argument("--text", action="store_true", help="stdin is plain text, not NDJSON events")
+    push.add_argument("--batch", type=int, default=1000, help="events per request (default 1000)")
+    _add_remote(push)
+    push.set_defaults(handler=_push)
     return parser
 
 

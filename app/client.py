@@ -251,6 +251,30 @@ class LastwordClient:
                 time.sleep(min(5.0, self._core.backoff * 2**failures))
 
 
+    def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
+        """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
+        last = after
+        failures = 0
+        params = {"parentRunId": parent_run_id} if parent_run_id else {}
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            try:
+                with connect_sse(self._http, "GET", "/v1/stream", params=params, headers=headers,
+                                 timeout=httpx.Timeout(30.0, read=None)) as source:
+                    _raise_for_stream(source.response)
+                    for event in source.iter_sse():
+                        message = self._core.message(event)
+                        if message is not None:
+                            failures = 0
+                            last = message.id
+                            yield message
+            except httpx.TransportError:
+                failures += 1
+                if failures > self._core.retries:
+                    raise
+            time.sleep(min(5.0, self._core.backoff * 2**failures))
+
+
 class AsyncLastwordClient:
     """Asynchronous client with the same methods as :class:`LastwordClient`, awaited."""
 
