@@ -22,7 +22,8 @@ _WHAT_HAPPENED = {
 
 def output_text(output: list[dict[str, Any]]) -> str:
     """The text blocks of a selected output, joined by a blank line."""
-    return "\n\n".join(block["text"] for block in output if block.get("type") == "text")
+    texts = (block.get("text") for block in output if block.get("type") == "text")
+    return "\n\n".join(text for text in texts if isinstance(text, str) and text.strip())
 
 
 def error_message(error: Any) -> str | None:

@@ -1,0 +1,242 @@
+"""Validation of ingested events (SPEC §3–§4), through ``app.events.validate_events``.
+
+A refused batch raises ``Unprocessable`` (422) whose problem names the offending event's
+position in the batch (``index``) and the field (``message.content[0].text``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from app.errors import Unprocessable
+from app.events import validate_events
+
+Event = dict[str, Any]
+
+OK_MESSAGE: Event = {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "hi"}]}}
+
+
+def message_with(*blocks: Any, **body: Any) -> Event:
+    return {"type": "assistant/message", "message": {"content": list(blocks), **body}}
+
+
+def refusal(events: list[Any], **kwargs: Any) -> tuple[int, str]:
+    """Validate, expecting a refusal; return its (index, field)."""
+    with pytest.raises(Unprocessable) as caught:
+        validate_events(events, **kwargs)
+    error = caught.value
+    assert error.status == 422
+    problem = error.problem()
+    assert problem["status"] == 422 and problem["index"] == error.extra["index"]
+    assert str(error.extra["index"]) in error.detail and error.extra["field"] in error.detail
+    return error.extra["index"], error.extra["field"]
+
+
+# -- accepted ------------------------------------------------------------------------------------
+
+VALID_EVENTS: dict[str, Event] = {
+    "text-chunk": {"type": "assistant/chunk", "delta": {"type": "text", "text": "He"}},
+    "empty-text-chunk": {"type": "assistant/chunk", "delta": {"type": "text", "text": ""}},
+    "reasoning-chunk": {"type": "assistant/chunk", "delta": {"type": "reasoning", "text": "hmm"}},
+    "tool-call-chunk": {"type": "assistant/chunk", "delta": {"type": "tool_call", "id": "c1", "inputJson": "{"}},
+    "message": {
+        "type": "assistant/message",
+        "eventId": "e-1",
+        "ts": "2024-05-01T12:00:00Z",
+        "message": {
+            "id": "msg_1",
+            "content": [
+                {"type": "text", "text": "answer", "citations": []},
+                {"type": "text", "text": ""},
+                {"type": "reasoning", "text": "", "signature": "sig"},
+                {"type": "tool_call", "id": "c1", "name": "search", "input": {"q": 1}},
+                {"type": "tool_result", "toolCallId": "c1", "content": "found", "isError": False},
+                {"type": "tool_result", "toolCallId": "c1", "content": [{"type": "text", "text": "x"}]},
+                {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+                {"type": "step-start"},
+                {"type": "step-finish", "reason": "stop"},
+                {"type": "patch", "files": ["a.py"]},
+            ],
+            "usage": {"inputTokens": 0, "outputTokens": 5, "cacheReadTokens": 1, "cacheWriteTokens": 0},
+            "stopReason": "end_turn",
+            "error": None,
+        },
+    },
+    "usage-only-message": {
+        "type": "assistant/message",
+        "message": {"content": [], "usage": {"inputTokens": 10, "outputTokens": 3}},
+    },
+    "tool-result-string": {"type": "tool/result", "toolCallId": "c1", "content": "ok"},
+    "tool-result-blocks": {
+        "type": "tool/result",
+        "toolCallId": "c1",
+        "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": {}}],
+        "isError": True,
+    },
+    "user-string": {"type": "user/message", "message": {"content": "go on"}},
+    "user-blocks": {"type": "user/message", "message": {"content": [{"type": "text", "text": "go"}]}},
+    "step-start": {"type": "step/start"},
+    "step-finish": {"type": "step/finish", "anything": {"goes": [1, 2]}},
+    "turn-end": {"type": "turn/end", "stopReason": "completed"},
+    "turn-end-alias": {
+        "type": "turn/end",
+        "stopReason": "Max-Output-Tokens",
+        "error": {"message": "cut"},
+        "usage": {"inputTokens": 1, "outputTokens": 2},
+    },
+    "turn-end-string-error": {"type": "turn/end", "stopReason": "failed", "error": "boom"},
+    "x-event": {"type": "x-vendor/trace", "whatever": [1, {"a": None}], "ts": "2024-05-01T12:00:00.5+02:00"},
+    "x-event-bare": {"type": "x-"},
+    "extra-fields": {
+        "type": "assistant/chunk",
+        "delta": {"type": "text", "text": "a", "index": 0},
+        "producer": {"name": "p", "version": 2},
+    },
+    "event-id-200": {"type": "step/start", "eventId": "e" * 200},
+    "ts-lowercase-and-space": {"type": "step/start", "ts": "2024-05-01 12:00:00.123456789z"},
+    "ts-leap-second": {"type": "step/start", "ts": "2016-12-31T23:59:60Z"},
+    "ts-negative-offset": {"type": "step/start", "ts": "2024-02-29T00:00:00-08:00"},
+}
+
+
+@pytest.mark.parametrize("event", list(VALID_EVENTS.values()), ids=list(VALID_EVENTS))
+def test_valid_event_is_accepted(event: Event) -> None:
+    """Every event type of SPEC §4, with optional and extra fields, passes validation."""
+    validate_events([event])
+
+
+def test_valid_batch_is_accepted_and_left_unchanged() -> None:
+    """A batch of every valid event passes, and validation does not touch the events."""
+    events = copy.deepcopy(list(VALID_EVENTS.values()))
+    validate_events(events)
+    assert events == list(VALID_EVENTS.values())
+    assert list(events[4]["message"]) == ["id", "content", "usage", "stopReason", "error"]
+
+
+def test_empty_batch_is_accepted() -> None:
+    """An empty batch is nothing to refuse."""
+    validate_events([])
+
+
+# -- refused -------------------------------------------------------------------------------------
+
+BAD_EVENTS: dict[str, tuple[Any, str]] = {
+    # the type itself
+    "unknown-type": ({"type": "assistant/msg"}, "type"),
+    "type-missing": ({"delta": {"type": "text", "text": "a"}}, "type"),
+    "type-not-a-string": ({"type": 5}, "type"),
+    "type-x-uppercase": ({"type": "X-trace"}, "type"),
+    "not-an-object": ("assistant/chunk", "type"),
+    # missing fields
+    "chunk-without-delta": ({"type": "assistant/chunk"}, "delta"),
+    "delta-without-type": ({"type": "assistant/chunk", "delta": {"text": "a"}}, "delta"),
+    "delta-unknown-type": ({"type": "assistant/chunk", "delta": {"type": "image"}}, "delta"),
+    "text-delta-without-text": ({"type": "assistant/chunk", "delta": {"type": "text"}}, "delta.text"),
+    "message-without-message": ({"type": "assistant/message"}, "message"),
+    "message-without-content": ({"type": "assistant/message", "message": {}}, "message.content"),
+    "text-block-without-text": (message_with({"type": "text"}), "message.content[0].text"),
+    "tool-call-without-id": (message_with({"type": "tool_call", "name": "n", "input": {}}), "message.content[0].id"),
+    "tool-call-without-input": (message_with({"type": "tool_call", "id": "c", "name": "n"}), "message.content[0].input"),
+    "tool-result-block-without-call-id": (
+        message_with({"type": "tool_result", "content": "x"}),
+        "message.content[0].toolCallId",
+    ),
+    "tool-result-without-call-id": ({"type": "tool/result", "content": "x"}, "toolCallId"),
+    "tool-result-without-content": ({"type": "tool/result", "toolCallId": "c"}, "content"),
+    "user-without-content": ({"type": "user/message", "message": {}}, "message.content"),
+    "turn-end-without-stop-reason": ({"type": "turn/end"}, "stopReason"),
+    "usage-without-output-tokens": (message_with(usage={"inputTokens": 1}), "message.usage.outputTokens"),
+    # blocks without a type
+    "block-without-type": (message_with({"type": "text", "text": "a"}, {"text": "b"}), "message.content[1]"),
+    "block-type-not-a-string": (message_with({"type": None}), "message.content[0]"),
+    "block-not-an-object": (message_with("just text"), "message.content[0]"),
+    "tool-result-event-block-without-type": ({"type": "tool/result", "toolCallId": "c", "content": [{}]}, "content[0]"),
+    "user-block-without-type": ({"type": "user/message", "message": {"content": [{"text": "a"}]}}, "message.content[0]"),
+    # wrong JSON types
+    "text-not-a-string": (message_with({"type": "text", "text": 5}), "message.content[0].text"),
+    "text-null": (message_with({"type": "text", "text": None}), "message.content[0].text"),
+    "delta-text-not-a-string": ({"type": "assistant/chunk", "delta": {"type": "text", "text": 1}}, "delta.text"),
+    "content-a-string": ({"type": "assistant/message", "message": {"content": "hi"}}, "message.content"),
+    "message-a-string": ({"type": "assistant/message", "message": "hi"}, "message"),
+    "tool-input-a-list": (
+        message_with({"type": "tool_call", "id": "c", "name": "n", "input": []}),
+        "message.content[0].input",
+    ),
+    "signature-a-number": (message_with({"type": "reasoning", "text": "", "signature": 1}), "message.content[0].signature"),
+    "tokens-a-string": (message_with(usage={"inputTokens": "10", "outputTokens": 1}), "message.usage.inputTokens"),
+    "tokens-a-bool": (message_with(usage={"inputTokens": 1, "outputTokens": True}), "message.usage.outputTokens"),
+    "tokens-a-float": (message_with(usage={"inputTokens": 1.0, "outputTokens": 1}), "message.usage.inputTokens"),
+    "usage-a-list": (message_with(usage=[1, 2]), "message.usage"),
+    "is-error-a-string": ({"type": "tool/result", "toolCallId": "c", "content": "x", "isError": "yes"}, "isError"),
+    "tool-result-content-a-number": ({"type": "tool/result", "toolCallId": "c", "content": 5}, "content"),
+    "nested-tool-result-text": (
+        message_with({"type": "tool_result", "toolCallId": "c", "content": [{"type": "text", "text": 3}]}),
+        "message.content[0].content[0].text",
+    ),
+    "stop-reason-a-number": ({"type": "turn/end", "stopReason": 1}, "stopReason"),
+    "event-id-a-number": ({"type": "step/start", "eventId": 7}, "eventId"),
+    "ts-a-number": ({"type": "step/start", "ts": 1714564800}, "ts"),
+    # negative usage
+    "negative-input-tokens": (message_with(usage={"inputTokens": -1, "outputTokens": 0}), "message.usage.inputTokens"),
+    "negative-cache-read": (
+        message_with(usage={"inputTokens": 0, "outputTokens": 0, "cacheReadTokens": -5}),
+        "message.usage.cacheReadTokens",
+    ),
+    "negative-turn-end-usage": (
+        {"type": "turn/end", "stopReason": "completed", "usage": {"inputTokens": 0, "outputTokens": -1}},
+        "usage.outputTokens",
+    ),
+    # eventId, ts, stopReason
+    "event-id-201": ({"type": "step/start", "eventId": "e" * 201}, "eventId"),
+    "ts-words": ({"type": "step/start", "ts": "yesterday"}, "ts"),
+    "ts-date-only": ({"type": "step/start", "ts": "2024-05-01"}, "ts"),
+    "ts-without-offset": ({"type": "step/start", "ts": "2024-05-01T12:00:00"}, "ts"),
+    "ts-basic-format": ({"type": "step/start", "ts": "20240501T120000Z"}, "ts"),
+    "ts-week-date": ({"type": "step/start", "ts": "2024-W18-3T12:00:00Z"}, "ts"),
+    "ts-month-13": ({"type": "step/start", "ts": "2024-13-01T00:00:00Z"}, "ts"),
+    "ts-feb-30": ({"type": "step/start", "ts": "2023-02-29T00:00:00Z"}, "ts"),
+    "ts-hour-24": ({"type": "step/start", "ts": "2024-05-01T24:00:00Z"}, "ts"),
+    "ts-bad-offset": ({"type": "step/start", "ts": "2024-05-01T12:00:00+25:00"}, "ts"),
+    "ts-non-ascii-digits": ({"type": "step/start", "ts": "٢٠٢٤-05-01T12:00:00Z"}, "ts"),
+    "unknown-stop-reason": ({"type": "turn/end", "stopReason": "done"}, "stopReason"),
+    "empty-stop-reason": ({"type": "turn/end", "stopReason": ""}, "stopReason"),
+}
+
+
+@pytest.mark.parametrize(("event", "field"), list(BAD_EVENTS.values()), ids=list(BAD_EVENTS))
+def test_bad_event_is_refused_naming_its_field(event: Any, field: str) -> None:
+    """A bad event is refused with 422, its index and the offending field's path."""
+    assert refusal([event]) == (0, field)
+
+
+@pytest.mark.parametrize(("event", "field"), list(BAD_EVENTS.values()), ids=list(BAD_EVENTS))
+def test_index_is_the_bad_events_position_in_the_batch(event: Any, field: str) -> None:
+    """Behind valid events the refusal names the bad event's own position, and the same field."""
+    events = [OK_MESSAGE, VALID_EVENTS["text-chunk"], VALID_EVENTS["x-event"], event, OK_MESSAGE]
+    assert refusal(events) == (3, field)
+
+
+def test_first_bad_event_is_named() -> None:
+    """With several bad events the first one in the batch is named."""
+    events = [OK_MESSAGE, message_with({"type": "text", "text": 1}), {"type": "turn/end", "stopReason": "done"}, {"type": "?"}]
+    assert refusal(events) == (1, "message.content[0].text")
+
+
+def test_index_offset_shifts_the_index() -> None:
+    """With index_offset (NDJSON lines) the index counts from the offset."""
+    assert refusal([OK_MESSAGE, {"type": "nope"}], index_offset=40) == (41, "type")
+
+
+def test_refusal_lists_the_problems() -> None:
+    """The problem document carries the code and a list of errors with index, field and message."""
+    with pytest.raises(Unprocessable) as caught:
+        validate_events([OK_MESSAGE, {"type": "turn/end", "stopReason": "done"}])
+    problem = caught.value.problem()
+    assert problem["code"] == "invalid_event"
+    assert problem["errors"]
+    first = problem["errors"][0]
+    assert (first["index"], first["field"]) == (1, "stopReason")
+    assert "done" in first["message"]

@@ -1,0 +1,106 @@
+"""Stop reasons (SPEC §6): wire values, accepted aliases, and what is refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.stop_reasons import ACCEPTED_INPUTS, WIRE_VALUES, is_error, normalise_stop_reason
+
+# Written out from SPEC §6 rather than imported, so that the module is checked against the contract.
+WIRE = ["completed", "max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]
+ALIASES = {
+    "end_turn": "completed",
+    "stop": "completed",
+    "stop_sequence": "completed",
+    "complete": "completed",
+    "success": "completed",
+    "max_output_tokens": "max_tokens",
+    "length": "max_tokens",
+    "max_turn_requests": "max_turns",
+    "content_filter": "refusal",
+    "aborted": "cancelled",
+    "abort": "cancelled",
+    "canceled": "cancelled",
+    "failed": "error",
+}
+
+
+def test_wire_values_are_the_specified_ones() -> None:
+    """The module's wire values are exactly SPEC §6's, and it accepts exactly those plus the aliases."""
+    assert list(WIRE_VALUES) == WIRE
+    assert set(ACCEPTED_INPUTS) == set(WIRE) | set(ALIASES)
+
+
+@pytest.mark.parametrize("value", WIRE)
+def test_wire_values_map_to_themselves(value: str) -> None:
+    """A wire value is accepted as it is."""
+    assert normalise_stop_reason(value) == value
+
+
+@pytest.mark.parametrize(("alias", "wire"), sorted(ALIASES.items()))
+def test_alias_is_normalised(alias: str, wire: str) -> None:
+    """Every alias of SPEC §6 maps to its wire value."""
+    assert normalise_stop_reason(alias) == wire
+
+
+def _spellings(value: str) -> list[str]:
+    dashed = value.replace("_", "-")
+    return [value.upper(), value.title(), dashed, dashed.upper(), value.swapcase()[:1] + value[1:]]
+
+
+@pytest.mark.parametrize(("value", "wire"), [(w, w) for w in WIRE] + sorted(ALIASES.items()))
+def test_case_and_dashes_do_not_matter(value: str, wire: str) -> None:
+    """Upper or mixed case and '-' for '_' are the same stop reason."""
+    for spelling in _spellings(value):
+        assert normalise_stop_reason(spelling) == wire, spelling
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "done",
+        "finished",
+        "tool_use",
+        "max tokens",
+        "maxtokens",
+        "max__tokens",
+        "cancel",
+        "cancelled!",
+        "end_turn_",
+        "_completed",
+        "complete d",
+        "errors",
+        "time_out",
+    ],
+)
+def test_anything_else_is_refused(value: str) -> None:
+    """A value that is neither a wire value nor an alias raises ValueError naming it."""
+    with pytest.raises(ValueError, match="unknown stop reason"):
+        normalise_stop_reason(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("abcdeilmnorstuvwx_-ABC"), max_size=20))
+def test_normalising_either_refuses_or_gives_a_wire_value(value: str) -> None:
+    """For any string the result is a wire value, and exactly the accepted spellings give one."""
+    key = value.lower().replace("-", "_")
+    if key in WIRE or key in ALIASES:
+        assert normalise_stop_reason(value) == ALIASES.get(key, key)
+    else:
+        with pytest.raises(ValueError):
+            normalise_stop_reason(value)
+
+
+@pytest.mark.parametrize("value", WIRE)
+def test_normalising_is_idempotent(value: str) -> None:
+    """A normalised value normalises to itself."""
+    assert normalise_stop_reason(normalise_stop_reason(value)) == value
+
+
+@pytest.mark.parametrize("value", WIRE)
+def test_is_error_unless_completed(value: str) -> None:
+    """isError is stopReason != completed: max_tokens and cancelled are errors too."""
+    assert is_error(value) is (value != "completed")

@@ -1,0 +1,165 @@
+"""The parent model's tool result (SPEC §9 "The tool result"), through ``app.tool_result.tool_result``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.fold import final_assistant_output
+from app.tool_result import NO_TEXT_OUTPUT, tool_result
+
+NOT_COMPLETED = ["max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def only_text(result: dict[str, Any]) -> str:
+    """The single text of a result, after checking the CallToolResult shape."""
+    assert set(result) == {"content", "isError"}
+    assert len(result["content"]) == 1
+    block = result["content"][0]
+    assert set(block) == {"type", "text"} and block["type"] == "text"
+    assert isinstance(block["text"], str)
+    return str(block["text"])
+
+
+def test_completed_joins_text_blocks_with_a_blank_line() -> None:
+    """A completed turn's text blocks are joined by a blank line; other blocks are left out."""
+    output = [
+        text("First part."),
+        {"type": "reasoning", "text": "hidden thoughts"},
+        {"type": "tool_call", "id": "c1", "name": "search", "input": {}},
+        text("Second part.\n"),
+        {"type": "image", "source": {"data": "AAAA"}},
+        text("Third."),
+    ]
+    result = tool_result("completed", output, None)
+    assert result["isError"] is False
+    assert only_text(result) == "First part.\n\nSecond part.\n\n\nThird."
+
+
+def test_completed_single_text_is_unchanged() -> None:
+    """One text block is passed through exactly, white space included."""
+    assert only_text(tool_result("completed", [text("  answer\n")], None)) == "  answer\n"
+
+
+@pytest.mark.parametrize(
+    "output",
+    [[], [{"type": "reasoning", "text": "r"}], [{"type": "tool_call", "id": "c", "name": "n", "input": {}}]],
+    ids=["empty", "reasoning-only", "tool-call-only"],
+)
+def test_completed_without_text_gives_the_fixed_sentence(output: list[dict[str, Any]]) -> None:
+    """A completed turn without text says that the subagent finished without text output."""
+    result = tool_result("completed", output, None)
+    assert result["isError"] is False
+    assert only_text(result) == NO_TEXT_OUTPUT
+    assert "without text output" in NO_TEXT_OUTPUT
+
+
+@pytest.mark.parametrize("stop_reason", NOT_COMPLETED)
+def test_not_completed_is_an_error_with_headline_then_partial_text(stop_reason: str) -> None:
+    """A turn that did not complete: isError, a one-line headline naming the stop reason, a blank line, the text."""
+    result = tool_result(stop_reason, [text("partial"), text("answer")], None)
+    assert result["isError"] is True
+    headline, separator, rest = only_text(result).partition("\n\n")
+    assert separator == "\n\n"
+    assert "\n" not in headline and headline.strip() == headline != ""
+    assert stop_reason in headline
+    assert rest == "partial\n\nanswer"
+
+
+@pytest.mark.parametrize("stop_reason", NOT_COMPLETED)
+def test_not_completed_without_text_is_the_headline_alone(stop_reason: str) -> None:
+    """Without partial text the result is just the one-line headline, no trailing blank line."""
+    body = only_text(tool_result(stop_reason, [{"type": "reasoning", "text": "r"}], None))
+    assert "\n" not in body
+    assert stop_reason in body
+    assert body.strip() == body
+
+
+@pytest.mark.parametrize(
+    "error",
+    ["upstream 529: overloaded", {"message": "upstream 529: overloaded"}, {"message": "upstream 529: overloaded", "code": 529}],
+    ids=["string", "object", "object-with-extra"],
+)
+def test_headline_carries_the_error_message(error: Any) -> None:
+    """The error message, given as a string or as {message}, is named in the headline."""
+    body = only_text(tool_result("error", [text("half an answer")], error))
+    headline, _, rest = body.partition("\n\n")
+    assert "error" in headline
+    assert "upstream 529: overloaded" in headline
+    assert rest == "half an answer"
+
+
+def test_multi_line_error_message_keeps_the_headline_on_one_line() -> None:
+    """An error message with line breaks does not break the one-line headline."""
+    body = only_text(tool_result("error", [text("partial")], "line one\nline two\r\n  line three"))
+    headline, separator, rest = body.partition("\n\n")
+    assert "\n" not in headline
+    assert "line one" in headline and "line three" in headline
+    assert (separator, rest) == ("\n\n", "partial")
+
+
+@pytest.mark.parametrize("error", [None, "", {}, {"message": ""}, {"code": 5}])
+def test_missing_error_message_gives_a_plain_headline(error: Any) -> None:
+    """No message, an empty one, or an object without one gives the headline without an error part."""
+    body = only_text(tool_result("cancelled", [], error))
+    assert body == only_text(tool_result("cancelled", [], None))
+    assert "cancelled" in body
+
+
+def test_error_is_ignored_for_a_completed_turn() -> None:
+    """A completed turn is not an error, whatever error value accompanies it."""
+    result = tool_result("completed", [text("fine")], "spurious")
+    assert result == {"content": [{"type": "text", "text": "fine"}], "isError": False}
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+_STOP_REASONS = st.sampled_from(["completed", *NOT_COMPLETED])
+_ERRORS = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.fixed_dictionaries({}, optional={"message": st.text(max_size=20), "code": st.integers()}),
+)
+_ANY_TEXT = st.text(alphabet=st.sampled_from(" \n\tab"), max_size=8)
+_OTHER_BLOCKS = st.sampled_from(
+    [
+        {"type": "reasoning", "text": ""},
+        {"type": "tool_call", "id": "c", "name": "n", "input": {}},
+        {"type": "image", "source": {}},
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _STOP_REASONS,
+    st.lists(st.one_of(st.builds(text, _ANY_TEXT), _OTHER_BLOCKS), max_size=4),
+    _ERRORS,
+)
+def test_content_is_never_empty(stop_reason: str, output: list[dict[str, Any]], error: Any) -> None:
+    """For any output, stop reason and error: exactly one text block, never empty, isError iff not completed."""
+    result = tool_result(stop_reason, output, error)
+    assert only_text(result) != ""
+    assert result["isError"] is (stop_reason != "completed")
+
+
+# What the fold can hand the formatter: a selected message's blocks or the streamed text.
+_MESSAGES = st.lists(st.one_of(st.builds(text, _ANY_TEXT), _OTHER_BLOCKS), max_size=4).map(
+    lambda blocks: {"type": "assistant/message", "message": {"content": blocks}}
+)
+_CHUNKS = _ANY_TEXT.map(lambda t: {"type": "assistant/chunk", "delta": {"type": "text", "text": t}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_STOP_REASONS, st.lists(st.one_of(_MESSAGES, _CHUNKS), max_size=6), _ERRORS)
+def test_text_of_a_fold_output_is_never_blank(stop_reason: str, events: list[dict[str, Any]], error: Any) -> None:
+    """On any output the fold selects, the tool result's text has a visible character."""
+    result = tool_result(stop_reason, final_assistant_output(events), error)
+    assert only_text(result).strip() != ""
