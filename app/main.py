@@ -18,8 +18,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__
+from app.access import AccessControl
+from app.logs import RequestLog
 from app.api import event_schema_components
 from app.api import router as api_router
 from app.errors import LastwordError, Unavailable
@@ -106,6 +109,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router)
     app.include_router(stream_router)
     _install_error_handlers(app)
+    # Added last, so outermost: CORS answers preflights before access control asks for a token,
+    # and every request, refused or not, is logged with its id.
+    app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Retry-After"],
+        )
+    app.add_middleware(RequestLog)
+    if settings.read_token is not None and settings.ingest_token is None:
+        log.warning("LASTWORD_READ_TOKEN is set but LASTWORD_INGEST_TOKEN is not: ingest is open")
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

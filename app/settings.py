@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,3 +35,20 @@ class Settings(BaseSettings):
         1000, gt=0, description="Events buffered per SSE subscriber before a slow one is cut off."
     )
     log_level: str = Field("info", description="Log level.")
+    ingest_token: SecretStr | None = Field(
+        None, description="Bearer token that ingest (every POST under /v1) requires. Unset: open."
+    )
+    read_token: SecretStr | None = Field(
+        None, description="Bearer token for reads; reads also take the ingest token. Unset: open."
+    )
+    cors_origins: str = Field(
+        "", description="Comma-separated origins allowed to call the API from a browser ('*' for any)."
+    )
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [origin.strip() for origin in self.cors_origins.split(",") if origin.strip()]
+
+    def token(self, name: str) -> str | None:
+        secret: SecretStr | None = getattr(self, f"{name}_token")
+        return secret.get_secret_value() if secret is not None else None

@@ -1,0 +1,91 @@
+"""Structured logs: one JSON object per line, each request's lines tagged with its request id.
+
+The request log is lastword's own (uvicorn's access log is turned off): it prints the path
+without its query string, because a read may carry ``?access_token=`` there, and tokens are
+never logged.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+access_log = logging.getLogger("lastword.access")
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        current = request_id.get()
+        if current is not None:
+            entry["requestId"] = current
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_logging(level: str) -> None:
+    """JSON lines on stderr for lastword's and uvicorn's loggers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.formatter.converter = time.gmtime  # type: ignore[union-attr]
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+class RequestLog:
+    """ASGI middleware: a request id per request (``X-Request-ID``), and one log line at its end."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers", ())).get(b"x-request-id", b"").decode("latin-1")
+        current = given if _SAFE_ID.match(given) else uuid.uuid4().hex
+        token = request_id.set(current)
+        started = time.perf_counter()
+        status = 500
+
+        async def tagged(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", current.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tagged)
+        finally:
+            access_log.info(
+                "%s %s %s", scope["method"], scope["path"], status,
+                extra={"method": scope["method"], "path": scope["path"], "status": status,
+                       "durationMs": round((time.perf_counter() - started) * 1000, 2)},
+            )
+            request_id.reset(token)
