@@ -23,21 +23,13 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.logs import configure_logging
-    from app.main import create_app
+    from app.server import uvicorn_config
 
     settings = Settings()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.model_copy(update=overrides)
     configure_logging(settings.log_level)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,  # keep the JSON handlers configured above
-        access_log=False,  # lastword's own request log leaves query strings (tokens) out
-        timeout_graceful_shutdown=10,
-    )
+    uvicorn.Server(uvicorn_config(settings)).run()
     return 0
 
 

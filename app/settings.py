@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         1000, gt=0, description="Events buffered per SSE subscriber before a slow one is cut off."
     )
     log_level: str = Field("info", description="Log level.")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="A client must send its request headers within this time (else 408)."
+    )
+    shutdown_grace_seconds: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long in-flight requests get to finish."
+    )
     ingest_token: SecretStr | None = Field(
         None, description="Bearer token that ingest (every POST under /v1) requires. Unset: open."
     )

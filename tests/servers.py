@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from app.main import create_app
+from app.server import uvicorn_config
 from app.settings import Settings
 
 
@@ -30,10 +30,8 @@ def free_port() -> int:
 def threaded_server(settings: Settings) -> Iterator[str]:
     """Serve ``create_app(settings)`` with uvicorn on a free port; yields the base URL."""
     port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-        timeout_graceful_shutdown=1, lifespan="on",
-    )
+    config = uvicorn_config(settings, host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

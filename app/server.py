@@ -1,0 +1,88 @@
+"""Serving the app with uvicorn, with a deadline for request headers.
+
+uvicorn has no limit on how long a client may take to send its request headers, so a client
+trickling them a byte at a time would hold a connection (and its memory) forever. The protocol
+below arms a timer when a connection opens and whenever a new request starts, and disarms it
+when the headers are complete; if it fires first, the client gets 408 and the connection is
+closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.main import create_app
+from app.settings import Settings
+
+_TIMEOUT_BODY = orjson.dumps({
+    "type": "https://lastword.dev/problems/header_timeout",
+    "title": "Request header timeout",
+    "status": 408,
+    "code": "header_timeout",
+    "detail": "the request headers did not arrive in time",
+})
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY
+)
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    header_deadline: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it)."""
+    protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds})
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "http": protocol,
+        "log_level": settings.log_level,
+        "log_config": None,  # keep the JSON handlers configured by app.logs
+        "access_log": False,  # lastword's own request log leaves query strings (tokens) out
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        "lifespan": "on",
+    }
+    options.update(overrides)
+    return uvicorn.Config(create_app(settings), **options)
