@@ -51,8 +51,13 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
+#: The largest value a database integer holds: bigger numbers in a query are refused with 422.
+MAX_INT64 = 2**63 - 1
+
 RunIdPath = Annotated[str, "runId"]
-TurnQuery = Annotated[int | None, Query(ge=1, description="A turn number (default: the latest).")]
+TurnQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
+]
 WaitQuery = Annotated[
     float, Query(ge=0, le=3600, description="Seconds to wait for the turn to end (capped by configuration).")
 ]
@@ -81,9 +86,14 @@ def _cursor(pk: int) -> str:
 
 def _cursor_pk(cursor: str) -> int:
     try:
-        return int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
+        pk = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
     except ValueError:
-        raise BadRequest("the cursor is not one this service gave out", code="invalid_cursor") from None
+        pk = 0
+    # Keys are positive 64-bit integers: anything else was never given out (and would not fit
+    # the database's integer type).
+    if not 0 < pk < MAX_INT64:
+        raise BadRequest("the cursor is not one this service gave out", code="invalid_cursor")
+    return pk
 
 
 @router.get("/runs", response_model=RunList, response_model_exclude_unset=True, responses=problems(400, 422))
@@ -95,14 +105,16 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """Runs, newest first; ``nextCursor`` pages on."""
-    before = _cursor_pk(cursor) if cursor else None
+    """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
+    before = _cursor_pk(cursor) if cursor else None  # ``?cursor=`` (empty) is the first page
+    # One more than asked for tells whether another page exists, so the last page says so.
     runs = await service_of(request).store.list_runs(
-        parent_run_id=parentRunId, status=status, agent=agent, limit=limit, before_pk=before
+        parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before
     )
-    body: dict[str, Any] = {"runs": [run_view(run) for run in runs]}
-    if len(runs) == limit:
-        body["nextCursor"] = _cursor(runs[-1].pk)
+    page = runs[:limit]
+    body: dict[str, Any] = {"runs": [run_view(run) for run in page]}
+    if len(runs) > limit:
+        body["nextCursor"] = _cursor(page[-1].pk)
     return body
 
 
@@ -175,7 +187,11 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
 
     kind = media_type(request)
     if kind == "text/plain":
-        return await ingest_text(request, limit, append)
+        answer = await ingest_text(request, limit, append)
+        if answer["lastSeq"] is None:
+            # An empty body stores nothing; the run must still exist, and lastSeq is its own.
+            answer["lastSeq"] = (await service.store.get_run(runId)).last_seq
+        return answer
     if kind == "application/json":
         body = await read_model(request, ChunkText, limit)
         outcome = await append([text_delta(body.text, body.eventId)])
@@ -241,7 +257,7 @@ async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, 
 async def get_events(
     request: Request,
     runId: str,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_last_id = 0
+_last_id_lock = threading.Lock()
 
 
 def is_valid_run_id(value: str) -> bool:
@@ -18,11 +21,19 @@ def is_valid_run_id(value: str) -> bool:
 def new_run_id(now: float | None = None) -> str:
     """A ULID-shaped id (48-bit milliseconds, 80 random bits, Crockford base32).
 
-    Ids made in later milliseconds sort after earlier ones, so a listing by id reads in
-    creation order; the random part makes collisions between replicas negligible.
+    Ids made later sort after earlier ones (within one process even in the same millisecond),
+    so a listing by id reads in creation order; the random part makes collisions between
+    replicas negligible.
     """
+    global _last_id
     millis = int((time.time() if now is None else now) * 1000)
     value = (millis << 80) | int.from_bytes(os.urandom(10), "big")
+    with _last_id_lock:
+        # Two ids in one millisecond (or after the clock stepped back) would sort at random:
+        # step past the last one instead, as monotonic ULIDs do.
+        if value <= _last_id:
+            value = _last_id + 1
+        _last_id = value
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

@@ -93,7 +93,8 @@ class Progress:
         self.last_seq = outcome.last_seq
 
     def answer(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "duplicates": self.duplicates, "lastSeq": self.last_seq or 0}
+        """The ``AppendResult``; ``lastSeq`` is None when nothing was appended at all."""
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "lastSeq": self.last_seq}
 
     def annotate(self, error: LastwordError) -> LastwordError:
         """Tell the producer what was kept before the failure."""
@@ -116,17 +117,25 @@ async def ingest_json(request: Request, limit: int, append: Append) -> dict[str,
     return progress.answer()
 
 
+class _Position:
+    """Where an NDJSON body has got to: the next event's index and the last line's number."""
+
+    def __init__(self) -> None:
+        self.index = 0  # events so far (blank lines are not events)
+        self.line = 0  # lines so far, 1-based once counted, blank ones included
+
+
 async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[str, Any]:
     progress = Progress()
+    position = _Position()
     pending = b""
-    line_number = 0
     try:
         async for piece in body_pieces(request, limit):
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
-            line_number = await _apply_lines(lines, line_number, append, progress)
-        if pending.strip():
-            await _apply_lines([pending], line_number, append, progress)
+            await _apply_lines(lines, position, append, progress)
+        if pending:
+            await _apply_lines([pending], position, append, progress)
     except ClientDisconnect:
         # What arrived before the break is stored; the producer retries with its eventIds.
         pass
@@ -137,30 +146,51 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
     return progress.answer()
 
 
-async def _apply_lines(lines: list[bytes], first_index: int, append: Append, progress: Progress) -> int:
-    """Store the complete lines of one body piece, as one batch; the next line's index."""
+async def _apply_lines(lines: list[bytes], position: _Position, append: Append, progress: Progress) -> None:
+    """Store the complete lines of one body piece, as one batch.
+
+    The body is applied line by line: at the first bad line (not JSON, not a valid event, or
+    refused by the store) the lines before it are stored and the problem names the line, by
+    event ``index`` and by ``line`` number.
+    """
     events: list[dict[str, Any]] = []
-    index = first_index
+    line_numbers: list[int] = []
+    first_index = position.index
     failure: LastwordError | None = None
     for line in lines:
+        position.line += 1
         if not line.strip():
             continue
         try:
             event = orjson.loads(line)
-            validate_events([event], index_offset=index)
+            validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
-            failure = BadRequest(f"line for event {index} is not valid JSON: {error}", code="malformed_json", index=index)
-            break
+            failure = BadRequest(
+                f"line {position.line} is not valid JSON: {error}", code="malformed_json", index=position.index
+            )
         except Unprocessable as error:
             failure = error
+        if failure is not None:
+            failure.extra["line"] = position.line
             break
         events.append(event)
-        index += 1
+        line_numbers.append(position.line)
+        position.index += 1
     if events:
-        progress.add(await append(events))
+        try:
+            progress.add(await append(events))
+        except LastwordError as error:
+            at = error.extra.get("index")
+            if not isinstance(at, int) or not 0 <= at < len(events):
+                raise
+            # The store takes or refuses a batch whole; in a stream the lines before the
+            # refused one stand, as they would have had they come in their own pieces.
+            if at > 0:
+                progress.add(await append(events[:at]))
+            error.extra.update(index=first_index + at, line=line_numbers[at])
+            raise
     if failure is not None:
         raise failure
-    return index
 
 
 async def ingest_text(request: Request, limit: int, append: Append) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""Helpers for the HTTP suites: a server shared by a module's tests, and small request helpers.
+
+Most HTTP tests only touch runs they create themselves (service-made ids), so they can share
+one server per module and backend instead of starting one each; tests that look at the whole
+database (listing, an empty store) use the per-test ``api`` fixture of ``conftest``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.conftest import BACKENDS, postgres_schema
+from tests.servers import threaded_server
+
+PROBLEM_JSON = "application/problem+json"
+
+
+@contextlib.contextmanager
+def serving(backend: str, tmp_path_factory: pytest.TempPathFactory, **overrides: Any) -> Iterator[str]:
+    """A server on a fresh database of ``backend`` with these settings; yields its base URL."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('shared') / 'lastword.db'}"
+        else:
+            url = stack.enter_context(postgres_schema())
+        settings = Settings(**{"database_url": url, "keepalive_seconds": 1.0, **overrides})
+        yield stack.enter_context(threaded_server(settings))
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for a module's tests on one backend (import it into the test module)."""
+    with serving(request.param, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture
+def shared_api(shared_base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=shared_base_url, timeout=30) as client:
+        yield client
+
+
+def create(api: httpx.Client, **body: Any) -> dict[str, Any]:
+    """Create a run (201) and return it."""
+    response = api.post("/v1/runs", json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def logged(api: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    """The run's whole log, as ``{seq, turn, receivedAt, event}`` items."""
+    response = api.get(f"/v1/runs/{run_id}/events", params={"limit": 1000})
+    assert response.status_code == 200, response.text
+    return list(response.json()["events"])
+
+
+def of_type(api: httpx.Client, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [item["event"] for item in logged(api, run_id) if item["event"]["type"] == kind]
+
+
+def ingested(api: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    """The events a producer sent, in log order (the service's lifecycle events left out)."""
+    return [item["event"] for item in logged(api, run_id) if not item["event"]["type"].startswith("subagent/")]
+
+
+def result(api: httpx.Client, run_id: str, **params: Any) -> dict[str, Any]:
+    response = api.get(f"/v1/runs/{run_id}/result", params=params)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def chunk(value: str, event_id: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
+    if event_id is not None:
+        event["eventId"] = event_id
+    return event
+
+
+def message(*blocks: dict[str, Any] | str, usage: dict[str, int] | None = None,
+            event_id: str | None = None) -> dict[str, Any]:
+    """An ``assistant/message``; plain strings become text blocks."""
+    content = [text(block) if isinstance(block, str) else block for block in blocks]
+    body: dict[str, Any] = {"content": content}
+    if usage is not None:
+        body["usage"] = usage
+    event: dict[str, Any] = {"type": "assistant/message", "message": body}
+    if event_id is not None:
+        event["eventId"] = event_id
+    return event
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The response is an RFC 9457 problem document with this status and code."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["title"] and body["detail"]
+    return dict(body)

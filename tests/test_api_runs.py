@@ -1,0 +1,676 @@
+"""Runs over HTTP: creation, listing, the turn lifecycle, stop reasons, cascades and leases."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api_helpers import (
+    assert_problem,
+    chunk,
+    create,
+    logged,
+    message,
+    of_type,
+    result,
+    shared_api,
+    shared_base_url,
+    text,
+)
+from tests.servers import threaded_server
+
+__all__ = ["shared_api", "shared_base_url"]  # fixtures, imported for pytest to find
+
+ALIASES = {
+    "completed": "completed", "max_tokens": "max_tokens", "max_turns": "max_turns",
+    "refusal": "refusal", "cancelled": "cancelled", "error": "error", "timeout": "timeout",
+    "end_turn": "completed", "stop": "completed", "stop_sequence": "completed",
+    "complete": "completed", "success": "completed",
+    "max_output_tokens": "max_tokens", "length": "max_tokens",
+    "max_turn_requests": "max_turns", "content_filter": "refusal",
+    "aborted": "cancelled", "abort": "cancelled", "canceled": "cancelled", "failed": "error",
+    # Case is ignored and '-' is the same as '_'.
+    "END-TURN": "completed", "Max-Output-Tokens": "max_tokens", "CANCELED": "cancelled",
+    "Stop-Sequence": "completed", "Content-Filter": "refusal",
+}
+
+
+def uid(name: str) -> str:
+    """A run id no other test on a shared server uses."""
+    return f"{name}-{uuid.uuid4().hex[:10]}"
+
+
+def post_events(api: httpx.Client, run_id: str, *events: dict[str, Any]) -> httpx.Response:
+    return api.post(f"/v1/runs/{run_id}/events", json=list(events))
+
+
+def end(api: httpx.Client, run_id: str, stop_reason: str, **extra: Any) -> httpx.Response:
+    return api.post(f"/v1/runs/{run_id}/end", json={"stopReason": stop_reason, **extra})
+
+
+# -- creating and reading runs ------------------------------------------------------------
+
+
+def test_create_without_run_id_makes_one(shared_api: httpx.Client) -> None:
+    """A run created with an empty body gets a service-made id and starts turn 1, running."""
+    response = shared_api.post("/v1/runs")
+    assert response.status_code == 201
+    run = response.json()
+    assert run["runId"]
+    assert run["status"] == "running"
+    assert run["turn"] == 1
+    assert run["lastSeq"] == 1
+    assert run["mode"] == "oneshot"
+    assert run["metadata"] == {}
+    assert shared_api.get(f"/v1/runs/{run['runId']}").json() == run
+
+
+def test_service_made_ids_sort_in_creation_order(shared_api: httpx.Client) -> None:
+    """Ids the service makes for runs created one after another sort in that order."""
+    ids = [create(shared_api)["runId"] for _ in range(40)]
+    assert len(set(ids)) == len(ids)
+    assert sorted(ids) == ids
+
+
+def test_create_round_trips_every_field(shared_api: httpx.Client) -> None:
+    """runId, parentRunId, agent, mode, metadata and leaseSeconds come back as sent."""
+    body = {
+        "runId": uid("child"), "parentRunId": uid("parent"), "agent": "researcher", "mode": "continuable",
+        "metadata": {"task": "find", "depth": 2, "tags": ["a", "b"], "nested": {"x": None}},
+        "leaseSeconds": 12.5,
+    }
+    run = create(shared_api, **body)
+    fetched = shared_api.get(f"/v1/runs/{body['runId']}").json()
+    for found in (run, fetched):
+        assert {key: found[key] for key in body} == body
+        assert found["status"] == "running"
+        assert found["leaseExpiresAt"]
+
+
+def test_create_is_idempotent_for_the_same_body(shared_api: httpx.Client) -> None:
+    """Creating an existing runId with the same body answers 200 with the same run, once."""
+    body = {"runId": uid("same"), "agent": "a", "metadata": {"k": 1}, "leaseSeconds": 30}
+    first = create(shared_api, **body)
+    again = shared_api.post("/v1/runs", json=body)
+    assert again.status_code == 200
+    assert again.json()["runId"] == body["runId"]
+    assert again.json()["createdAt"] == first["createdAt"]
+    assert len(of_type(shared_api, body["runId"], "subagent/start")) == 1
+
+
+def test_create_with_a_different_body_conflicts(shared_api: httpx.Client) -> None:
+    """Creating an existing runId with another body is 409 run_exists, and the run is unchanged."""
+    run_id = uid("taken")
+    create(shared_api, runId=run_id, agent="a", metadata={"k": 1})
+    for other in ({"agent": "b"}, {"agent": "a", "metadata": {"k": 2}}, {"agent": "a", "metadata": {"k": 1},
+                                                                          "mode": "continuable"}):
+        response = shared_api.post("/v1/runs", json={"runId": run_id, **other})
+        assert assert_problem(response, 409, "run_exists")["runId"] == run_id
+    run = shared_api.get(f"/v1/runs/{run_id}").json()
+    assert (run["agent"], run["metadata"], run["mode"]) == ("a", {"k": 1}, "oneshot")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"mode": "forever"}, {"leaseSeconds": -1}, {"leaseSeconds": "10"}, {"metadata": [1]}, {"unknown": 1},
+     {"agent": 5}, {"parentRunId": "has space"}],
+)
+def test_create_refuses_a_bad_body(shared_api: httpx.Client, body: dict[str, Any]) -> None:
+    """A creation body that breaks the schema is 422 and creates nothing."""
+    run_id = uid("bad")
+    assert_problem(shared_api.post("/v1/runs", json={"runId": run_id, **body}), 422, "validation_error")
+    assert_problem(shared_api.get(f"/v1/runs/{run_id}"), 404, "run_not_found")
+
+
+@pytest.mark.parametrize("run_id", ["", "has space", "-dash-first", "x" * 201, 7])
+def test_create_refuses_a_bad_run_id(shared_api: httpx.Client, run_id: Any) -> None:
+    """A runId that is empty, too long, not a string or holds other characters is 422."""
+    response = shared_api.post("/v1/runs", json={"runId": run_id})
+    assert assert_problem(response, 422, "validation_error")["field"] == "runId"
+
+
+def test_create_refuses_malformed_json(shared_api: httpx.Client) -> None:
+    """A creation body that is not JSON is 400 malformed_json."""
+    response = shared_api.post("/v1/runs", content=b"{runId: x}", headers={"content-type": "application/json"})
+    assert_problem(response, 400, "malformed_json")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", ""), ("GET", "/result"), ("GET", "/tool-result"), ("GET", "/events"),
+     ("POST", "/events"), ("POST", "/chunks"), ("POST", "/end"), ("POST", "/turns"), ("POST", "/close")],
+)
+def test_unknown_run_is_404(shared_api: httpx.Client, method: str, path: str) -> None:
+    """Every endpoint of a run answers an unknown runId with a 404 problem document."""
+    bodies: dict[str, Any] = {
+        "/events": {"json": chunk("x")},
+        "/chunks": {"content": b"x", "headers": {"content-type": "text/plain"}},
+        "/end": {"json": {"stopReason": "completed"}},
+    }
+    kwargs = bodies.get(path, {}) if method == "POST" else {}
+    run_id = uid("nope")
+    problem = assert_problem(shared_api.request(method, f"/v1/runs/{run_id}{path}", **kwargs), 404, "run_not_found")
+    assert problem["runId"] == run_id
+
+
+# -- listing ------------------------------------------------------------------------------
+
+
+def test_list_is_newest_first(api: httpx.Client) -> None:
+    """GET /v1/runs lists runs newest first, service-made and chosen ids alike."""
+    made = [create(api, runId=f"r{i}")["runId"] for i in range(3)] + [create(api)["runId"]]
+    assert [run["runId"] for run in api.get("/v1/runs").json()["runs"]] == made[::-1]
+
+
+def test_list_filters_by_parent_status_and_agent(api: httpx.Client) -> None:
+    """parentRunId, status and agent each narrow the list, and they combine."""
+    create(api, runId="p", agent="boss")
+    create(api, runId="c1", parentRunId="p", agent="x")
+    create(api, runId="c2", parentRunId="p", agent="y")
+    create(api, runId="c3", parentRunId="other", agent="x")
+    create(api, runId="c4", parentRunId="p", agent="x", mode="continuable")
+    assert end(api, "c2", "completed").status_code == 200
+    assert end(api, "c4", "completed").status_code == 200
+
+    def ids(**params: str) -> list[str]:
+        response = api.get("/v1/runs", params=params)
+        assert response.status_code == 200, response.text
+        return [run["runId"] for run in response.json()["runs"]]
+
+    assert ids(parentRunId="p") == ["c4", "c2", "c1"]
+    assert ids(status="ended") == ["c2"]
+    assert ids(status="idle") == ["c4"]
+    assert ids(status="running") == ["c3", "c1", "p"]
+    assert ids(agent="x") == ["c4", "c3", "c1"]
+    assert ids(agent="x", parentRunId="p") == ["c4", "c1"]
+    assert ids(parentRunId="p", status="running") == ["c1"]
+    assert ids(agent="nobody") == []
+
+
+@pytest.mark.parametrize("count", [8, 9])
+def test_list_pages_without_overlap_or_gap(api: httpx.Client, count: int) -> None:
+    """limit and nextCursor walk the whole list once, in order; only the last page has no nextCursor."""
+    made = [create(api, runId=f"r{i:02}")["runId"] for i in range(count)]
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    for _ in range(10):
+        params: dict[str, Any] = {"limit": 3}
+        if cursor:
+            params["cursor"] = cursor
+        page = api.get("/v1/runs", params=params).json()
+        pages.append([run["runId"] for run in page["runs"]])
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    assert [len(page) for page in pages] == [3, 3, count - 6]
+    assert [run_id for page in pages for run_id in page] == made[::-1]
+
+
+def test_list_pages_with_a_filter(api: httpx.Client) -> None:
+    """Paging keeps the filter: every page holds only matching runs, none twice."""
+    for i in range(7):
+        create(api, runId=f"r{i}", agent="even" if i % 2 == 0 else "odd")
+    first = api.get("/v1/runs", params={"agent": "even", "limit": 2}).json()
+    second = api.get("/v1/runs", params={"agent": "even", "limit": 2, "cursor": first["nextCursor"]}).json()
+    assert [run["runId"] for run in first["runs"] + second["runs"]] == ["r6", "r4", "r2", "r0"]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["!!!", "abc", "not a cursor", base64.urlsafe_b64encode(b"99999999999999999999999999").decode(),
+     base64.urlsafe_b64encode(b"-3").decode()],
+)
+def test_list_refuses_a_bad_cursor(shared_api: httpx.Client, cursor: str) -> None:
+    """A cursor the service never gave out is 400 invalid_cursor."""
+    assert_problem(shared_api.get("/v1/runs", params={"cursor": cursor}), 400, "invalid_cursor")
+
+
+@pytest.mark.parametrize("params", [{"status": "sleeping"}, {"limit": 0}, {"limit": 501}, {"limit": "many"}])
+def test_list_refuses_bad_parameters(shared_api: httpx.Client, params: dict[str, Any]) -> None:
+    """An unknown status or a limit out of range is a 422 problem."""
+    assert_problem(shared_api.get("/v1/runs", params=params), 422, "validation_error")
+
+
+# -- the lifecycle ------------------------------------------------------------------------
+
+
+def test_creation_logs_subagent_start(shared_api: httpx.Client) -> None:
+    """The log of a new run opens with subagent/start for turn 1, naming the run, parent and agent."""
+    run_id, parent = uid("kid"), uid("mum")
+    create(shared_api, runId=run_id, parentRunId=parent, agent="helper")
+    [first] = logged(shared_api, run_id)
+    assert (first["seq"], first["turn"]) == (1, 1)
+    start = first["event"]
+    assert start["type"] == "subagent/start"
+    assert {key: start[key] for key in ("runId", "parentRunId", "agent", "turn")} == {
+        "runId": run_id, "parentRunId": parent, "agent": "helper", "turn": 1}
+    assert start["startedAt"]
+
+
+def test_end_by_post(shared_api: httpx.Client) -> None:
+    """POST /end ends the turn: the result, the run's status and the logged subagent/end agree."""
+    api = shared_api
+    parent = uid("parent")
+    run_id = create(api, agent="a", parentRunId=parent)["runId"]
+    post_events(api, run_id, message("answer", usage={"inputTokens": 3, "outputTokens": 4})).raise_for_status()
+    response = end(api, run_id, "max_tokens", error={"message": "ran out"})
+    assert response.status_code == 200
+    ended = response.json()
+    assert ended["status"] == "ended"
+    assert ended["stopReason"] == "max_tokens"
+    assert ended["isError"] is True
+    assert ended["output"] == [text("answer")]
+    assert ended["error"] == {"message": "ran out"}
+    assert result(api, run_id) == ended
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "ended"
+    [event] = of_type(api, run_id, "subagent/end")
+    assert event["runId"] == run_id
+    assert event["turn"] == 1
+    assert event["stopReason"] == "max_tokens"
+    assert event["isError"] is True
+    assert event["lastAssistantMessage"] == ended["output"]
+    assert event["usage"]["inputTokens"] == 3
+    assert event["error"] == {"message": "ran out"}
+    assert event["agent"] == "a"
+    assert event["parentRunId"] == parent
+    assert event["endedAt"]
+
+
+def test_end_by_turn_end_event(shared_api: httpx.Client) -> None:
+    """A turn/end event ends the turn like POST /end, logged before subagent/end."""
+    api = shared_api
+    run_id = create(api)["runId"]
+    turn_end = {"type": "turn/end", "stopReason": "end_turn", "error": {"message": "none really"}}
+    response = post_events(api, run_id, message("done"), turn_end)
+    assert response.status_code == 200
+    assert response.json()["accepted"] == 2
+    assert response.json()["lastSeq"] == 4
+    types = [item["event"]["type"] for item in logged(api, run_id)]
+    assert types == ["subagent/start", "assistant/message", "turn/end", "subagent/end"]
+    ended = result(api, run_id)
+    assert ended["status"] == "ended"
+    assert ended["stopReason"] == "completed"
+    assert ended["isError"] is False
+    assert ended["output"] == [text("done")]
+    assert ended["error"] == {"message": "none really"}
+    assert of_type(api, run_id, "subagent/end")[0]["error"] == {"message": "none really"}
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "ended"
+
+
+@pytest.mark.parametrize(("alias", "wire"), list(ALIASES.items()))
+def test_stop_reason_aliases_are_normalised(shared_api: httpx.Client, alias: str, wire: str) -> None:
+    """Every accepted stop reason alias ends a turn with its wire value, by POST /end and by turn/end."""
+    by_post = create(shared_api)["runId"]
+    response = end(shared_api, by_post, alias)
+    assert response.status_code == 200, response.text
+    assert response.json()["stopReason"] == wire
+    assert response.json()["isError"] is (wire != "completed")
+    assert of_type(shared_api, by_post, "subagent/end")[0]["stopReason"] == wire
+
+    by_event = create(shared_api)["runId"]
+    post_events(shared_api, by_event, {"type": "turn/end", "stopReason": alias}).raise_for_status()
+    assert result(shared_api, by_event)["stopReason"] == wire
+    assert of_type(shared_api, by_event, "subagent/end")[0]["stopReason"] == wire
+
+
+@pytest.mark.parametrize("stop_reason", ["finished", "", "max tokens", "completed!", "cancel", "end__turn"])
+def test_unknown_stop_reason_is_refused(shared_api: httpx.Client, stop_reason: str) -> None:
+    """A stop reason that is neither a wire value nor an alias is 422, by POST /end and by turn/end."""
+    api = shared_api
+    run_id = create(api)["runId"]
+    assert assert_problem(end(api, run_id, stop_reason), 422, "validation_error")["field"] == "stopReason"
+    problem = assert_problem(
+        post_events(api, run_id, chunk("a"), {"type": "turn/end", "stopReason": stop_reason}), 422, "invalid_event"
+    )
+    assert problem["index"] == 1
+    assert problem["field"] == "stopReason"
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
+    assert len(logged(api, run_id)) == 1
+
+
+def test_end_again_the_same_way_is_idempotent(shared_api: httpx.Client) -> None:
+    """Ending an ended turn with the same stop reason answers the same result and logs nothing."""
+    api = shared_api
+    run_id = create(api)["runId"]
+    post_events(api, run_id, message("partial")).raise_for_status()
+    first = end(api, run_id, "cancelled")
+    again = end(api, run_id, "canceled")
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert len(of_type(api, run_id, "subagent/end")) == 1
+
+
+def test_end_again_another_way_conflicts(shared_api: httpx.Client) -> None:
+    """Ending an ended turn with another stop reason is 409 carrying the real one, and changes nothing."""
+    api = shared_api
+    run_id = create(api)["runId"]
+    ended = end(api, run_id, "cancelled").json()
+    log = logged(api, run_id)
+    problem = assert_problem(end(api, run_id, "completed"), 409, "turn_already_ended")
+    assert problem["stopReason"] == "cancelled"
+    assert result(api, run_id) == ended
+    assert logged(api, run_id) == log
+
+
+def test_events_after_the_end_are_refused(shared_api: httpx.Client) -> None:
+    """Events for an ended turn are 409 run_ended carrying the stop reason, and nothing is stored."""
+    api = shared_api
+    run_id = create(api)["runId"]
+    post_events(api, run_id, message("kept")).raise_for_status()
+    end(api, run_id, "cancelled").raise_for_status()
+    log = logged(api, run_id)
+    problem = assert_problem(post_events(api, run_id, message("late")), 409, "run_ended")
+    assert problem["stopReason"] == "cancelled"
+    assert problem["runId"] == run_id
+    problem = assert_problem(
+        api.post(f"/v1/runs/{run_id}/chunks", content=b"late", headers={"content-type": "text/plain"}),
+        409, "run_ended",
+    )
+    assert problem["stopReason"] == "cancelled"
+    assert_problem(api.post(f"/v1/runs/{run_id}/chunks", json={"text": "late"}), 409, "run_ended")
+    assert_problem(post_events(api, run_id, {"type": "turn/end", "stopReason": "cancelled"}), 409, "run_ended")
+    assert logged(api, run_id) == log
+    assert result(api, run_id)["output"] == [text("kept")]
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "continuable"])
+def test_subagent_end_has_no_last_message_key_when_output_is_empty(shared_api: httpx.Client, mode: str) -> None:
+    """subagent/end leaves lastAssistantMessage out (not []) when the output is empty, in either mode."""
+    api = shared_api
+    run_id = create(api, mode=mode)["runId"]
+    usage_only = message(usage={"inputTokens": 5, "outputTokens": 7})
+    response = post_events(api, run_id, chunk("   "), usage_only, {"type": "turn/end", "stopReason": "max_tokens"})
+    assert response.status_code == 200
+    [event] = of_type(api, run_id, "subagent/end")
+    assert "lastAssistantMessage" not in event
+    assert event["usage"]["outputTokens"] == 7
+    assert result(api, run_id)["output"] == []
+
+
+def test_subagent_end_has_no_last_message_key_in_a_later_turn(shared_api: httpx.Client) -> None:
+    """A continuable run's second turn with no output also leaves lastAssistantMessage out."""
+    api = shared_api
+    run_id = create(api, mode="continuable")["runId"]
+    post_events(api, run_id, message("first"), {"type": "turn/end", "stopReason": "completed"}).raise_for_status()
+    api.post(f"/v1/runs/{run_id}/turns").raise_for_status()
+    end(api, run_id, "cancelled").raise_for_status()
+    first, second = of_type(api, run_id, "subagent/end")
+    assert first["lastAssistantMessage"] == [text("first")]
+    assert second["turn"] == 2
+    assert "lastAssistantMessage" not in second
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "continuable"])
+def test_subagent_end_carries_the_selected_output(shared_api: httpx.Client, mode: str) -> None:
+    """subagent/end's lastAssistantMessage is the result's output, not a later usage-only message."""
+    api = shared_api
+    run_id = create(api, mode=mode)["runId"]
+    post_events(api, run_id, message("the answer"), message(usage={"inputTokens": 1, "outputTokens": 1}))
+    end(api, run_id, "max_tokens").raise_for_status()
+    [event] = of_type(api, run_id, "subagent/end")
+    assert event["lastAssistantMessage"] == [text("the answer")]
+    assert result(api, run_id)["output"] == event["lastAssistantMessage"]
+
+
+# -- continuable runs ---------------------------------------------------------------------
+
+
+def test_continuable_run_takes_further_turns(shared_api: httpx.Client) -> None:
+    """A continuable run is idle after a turn; POST /turns starts turn 2 and turn 1's result stays served."""
+    api = shared_api
+    run_id = create(api, mode="continuable")["runId"]
+    post_events(api, run_id, message("first"), {"type": "turn/end", "stopReason": "completed"}).raise_for_status()
+    idle = api.get(f"/v1/runs/{run_id}").json()
+    assert idle["status"] == "idle"
+    assert "leaseExpiresAt" not in idle
+
+    response = api.post(f"/v1/runs/{run_id}/turns")
+    assert response.status_code == 201
+    assert response.json()["turn"] == 2
+    assert response.json()["status"] == "running"
+    assert [start["turn"] for start in of_type(api, run_id, "subagent/start")] == [1, 2]
+
+    running = result(api, run_id)
+    assert (running["turn"], running["status"], running["output"]) == (2, "running", [])
+
+    post_events(api, run_id, message("second")).raise_for_status()
+    end(api, run_id, "completed").raise_for_status()
+    assert result(api, run_id)["output"] == [text("second")]
+    first = result(api, run_id, turn=1)
+    assert (first["turn"], first["stopReason"], first["output"]) == (1, "completed", [text("first")])
+    assert [event["turn"] for event in of_type(api, run_id, "subagent/end")] == [1, 2]
+    turns = [item["turn"] for item in logged(api, run_id) if item["event"]["type"] == "assistant/message"]
+    assert turns == [1, 2]
+    assert_problem(api.get(f"/v1/runs/{run_id}/result", params={"turn": 3}), 404, "turn_not_found")
+
+
+def test_next_turn_is_refused_while_running_and_for_oneshot(shared_api: httpx.Client) -> None:
+    """POST /turns is 409 while a turn is running, and for a oneshot run before or after its end."""
+    api = shared_api
+    continuable = create(api, mode="continuable")["runId"]
+    assert_problem(api.post(f"/v1/runs/{continuable}/turns"), 409, "run_running")
+    oneshot = create(api)["runId"]
+    assert_problem(api.post(f"/v1/runs/{oneshot}/turns"), 409, "not_continuable")
+    end(api, oneshot, "completed").raise_for_status()
+    assert_problem(api.post(f"/v1/runs/{oneshot}/turns"), 409, "not_continuable")
+    assert api.get(f"/v1/runs/{continuable}").json()["turn"] == 1
+    assert len(of_type(api, continuable, "subagent/start")) == 1
+
+
+def test_close_ends_an_idle_run_for_good(shared_api: httpx.Client) -> None:
+    """Closing an idle continuable run ends it: no further turns, no events; closing again is harmless."""
+    api = shared_api
+    run_id = create(api, mode="continuable")["runId"]
+    end(api, run_id, "completed").raise_for_status()
+    response = api.post(f"/v1/runs/{run_id}/close")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ended"
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "ended"
+    assert_problem(api.post(f"/v1/runs/{run_id}/turns"), 409, "run_ended")
+    assert_problem(post_events(api, run_id, chunk("x")), 409, "run_ended")
+    assert result(api, run_id)["stopReason"] == "completed"
+    again = api.post(f"/v1/runs/{run_id}/close")
+    assert again.status_code == 200
+    assert again.json()["status"] == "ended"
+    assert len(of_type(api, run_id, "subagent/end")) == 1
+
+
+def test_close_cancels_a_running_turn(shared_api: httpx.Client) -> None:
+    """Closing a continuable run mid-turn ends that turn as cancelled, keeping its output so far."""
+    api = shared_api
+    run_id = create(api, mode="continuable")["runId"]
+    post_events(api, run_id, chunk("half "), chunk("done")).raise_for_status()
+    assert api.post(f"/v1/runs/{run_id}/close").json()["status"] == "ended"
+    ended = result(api, run_id)
+    assert (ended["status"], ended["stopReason"]) == ("ended", "cancelled")
+    assert ended["output"] == [text("half done")]
+    [event] = of_type(api, run_id, "subagent/end")
+    assert event["stopReason"] == "cancelled"
+    assert event["lastAssistantMessage"] == [text("half done")]
+    assert_problem(api.post(f"/v1/runs/{run_id}/turns"), 409, "run_ended")
+
+
+def test_close_is_refused_for_oneshot(shared_api: httpx.Client) -> None:
+    """POST /close on a oneshot run is 409 and leaves the turn running."""
+    run_id = create(shared_api)["runId"]
+    assert_problem(shared_api.post(f"/v1/runs/{run_id}/close"), 409, "not_continuable")
+    assert shared_api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
+
+
+# -- parents and children -----------------------------------------------------------------
+
+
+def test_ending_a_parent_leaves_children_alone(shared_api: httpx.Client) -> None:
+    """A parent's end (or close) never ends its children's open turns."""
+    api = shared_api
+    parent = create(api, mode="continuable")["runId"]
+    child = create(api, parentRunId=parent)["runId"]
+    grandchild = create(api, parentRunId=child)["runId"]
+    end(api, parent, "cancelled").raise_for_status()
+    api.post(f"/v1/runs/{parent}/close").raise_for_status()
+    for run_id in (child, grandchild):
+        assert api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
+        assert post_events(api, run_id, chunk("still here")).status_code == 200
+
+
+def test_cascade_cancels_every_descendant(shared_api: httpx.Client) -> None:
+    """End with cascade: true cancels the open turns of children and grandchildren, whatever sits between."""
+    api = shared_api
+    ids = {name: uid(name) for name in ("root", "child", "grandchild", "idle", "under-idle", "ended",
+                                        "under-ended", "stranger")}
+    create(api, runId=ids["root"])
+    create(api, runId=ids["child"], parentRunId=ids["root"])
+    create(api, runId=ids["grandchild"], parentRunId=ids["child"])
+    create(api, runId=ids["idle"], parentRunId=ids["root"], mode="continuable")
+    create(api, runId=ids["under-idle"], parentRunId=ids["idle"])
+    create(api, runId=ids["ended"], parentRunId=ids["root"])
+    create(api, runId=ids["under-ended"], parentRunId=ids["ended"])
+    create(api, runId=ids["stranger"])
+    post_events(api, ids["grandchild"], chunk("partial")).raise_for_status()
+    end(api, ids["idle"], "completed").raise_for_status()
+    end(api, ids["ended"], "completed").raise_for_status()
+
+    response = end(api, ids["root"], "cancelled", cascade=True)
+    assert response.status_code == 200, response.text
+    assert response.json()["stopReason"] == "cancelled"
+    for name in ("child", "grandchild", "under-idle", "under-ended"):
+        ended = result(api, ids[name])
+        assert (ended["status"], ended["stopReason"]) == ("ended", "cancelled"), name
+        assert len(of_type(api, ids[name], "subagent/end")) == 1
+    assert result(api, ids["grandchild"])["output"] == [text("partial")]
+    assert result(api, ids["idle"])["stopReason"] == "completed"
+    assert api.get(f"/v1/runs/{ids['idle']}").json()["status"] == "idle"
+    assert result(api, ids["ended"])["stopReason"] == "completed"
+    assert api.get(f"/v1/runs/{ids['stranger']}").json()["status"] == "running"
+
+
+def test_cascade_survives_a_parent_cycle(shared_api: httpx.Client) -> None:
+    """Runs naming each other as parents do not make a cascading end loop forever."""
+    a, b = uid("a"), uid("b")
+    create(shared_api, runId=a, parentRunId=b)
+    create(shared_api, runId=b, parentRunId=a)
+    response = end(shared_api, a, "cancelled", cascade=True)
+    assert response.status_code == 200
+    assert result(shared_api, b)["stopReason"] == "cancelled"
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sweeping_api(make_settings: Any) -> Any:
+    """A server on a fresh database that looks for expired leases every 50 ms (default lease 0.2 s)."""
+    settings = make_settings(sweep_interval_seconds=0.05, lease_seconds=0.2)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+def test_lease_expiry_ends_the_turn_as_timeout(sweeping_api: httpx.Client) -> None:
+    """A turn whose lease runs out ends as timeout with the output its fold selects."""
+    api = sweeping_api
+    run_id = create(api, leaseSeconds=0.3)["runId"]
+    usage_only = message(usage={"inputTokens": 1, "outputTokens": 2})
+    post_events(api, run_id, message("so far"), usage_only, chunk("after")).raise_for_status()
+    ended = result(api, run_id, wait=20)
+    assert ended["status"] == "ended"
+    assert ended["stopReason"] == "timeout"
+    assert ended["isError"] is True
+    assert ended["output"] == [text("so far")]
+    assert ended["usage"]["outputTokens"] == 2
+    [event] = of_type(api, run_id, "subagent/end")
+    assert event["stopReason"] == "timeout"
+    assert event["lastAssistantMessage"] == [text("so far")]
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "ended"
+    assert_problem(post_events(api, run_id, chunk("late")), 409, "run_ended")
+
+
+def test_events_renew_the_lease(sweeping_api: httpx.Client) -> None:
+    """Each accepted event renews the lease: a producer that keeps reporting outlives it."""
+    api, lease = sweeping_api, 0.6
+    run_id = create(api, leaseSeconds=lease)["runId"]
+    began = time.monotonic()
+    sent = 0
+    # Reporting for twice the lease: without renewal the turn would have timed out midway,
+    # and the next event would have been refused with 409.
+    while time.monotonic() - began < 2 * lease:
+        response = post_events(api, run_id, chunk(f"{sent} "))
+        assert response.status_code == 200, response.text
+        sent += 1
+        time.sleep(lease / 6)
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
+    ended = result(api, run_id, wait=20)
+    assert ended["stopReason"] == "timeout"
+    assert ended["output"][0]["text"].split() == [str(i) for i in range(sent)]
+
+
+def test_lease_zero_means_none(sweeping_api: httpx.Client) -> None:
+    """leaseSeconds 0 never times out, while a run on the default lease does."""
+    api = sweeping_api
+    forever = create(api, leaseSeconds=0)
+    assert forever["leaseSeconds"] == 0
+    assert "leaseExpiresAt" not in forever
+    defaulted = create(api)
+    assert defaulted["leaseSeconds"] == 0.2
+    assert result(api, defaulted["runId"], wait=20)["stopReason"] == "timeout"
+    assert result(api, forever["runId"], wait=0.3)["status"] == "running"
+    assert api.get(f"/v1/runs/{forever['runId']}").json()["status"] == "running"
+
+
+def test_idle_continuable_run_has_no_lease(sweeping_api: httpx.Client) -> None:
+    """A continuable run waiting between turns does not time out; its next turn gets a fresh lease."""
+    api = sweeping_api
+    run_id = create(api, mode="continuable", leaseSeconds=0.3)["runId"]
+    end(api, run_id, "completed").raise_for_status()
+    control = create(api, leaseSeconds=0.3)["runId"]
+    assert result(api, control, wait=20)["stopReason"] == "timeout"
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "idle"
+    assert result(api, run_id, turn=1)["stopReason"] == "completed"
+    api.post(f"/v1/runs/{run_id}/turns").raise_for_status()
+    second = result(api, run_id, wait=20)
+    assert (second["turn"], second["stopReason"]) == (2, "timeout")
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "idle"
+
+
+def test_lease_expiry_leaves_children_alone(sweeping_api: httpx.Client) -> None:
+    """A parent whose lease runs out ends alone: its children keep running."""
+    api = sweeping_api
+    parent = create(api, leaseSeconds=0.2)["runId"]
+    child = create(api, parentRunId=parent, leaseSeconds=0)["runId"]
+    assert result(api, parent, wait=20)["stopReason"] == "timeout"
+    assert api.get(f"/v1/runs/{child}").json()["status"] == "running"
+
+
+def test_startup_sweep_ends_turns_that_expired_while_down(make_settings: Any) -> None:
+    """Turns whose lease ran out while the service was down end as timeout, with their output, at start."""
+    settings = make_settings(sweep_interval_seconds=3600)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        with_message = create(api, leaseSeconds=0.3)
+        usage_only = message(usage={"inputTokens": 2, "outputTokens": 3})
+        post_events(api, with_message["runId"], message("kept"), usage_only, chunk("after")).raise_for_status()
+        chunks_only = create(api, leaseSeconds=0.3)
+        api.post(f"/v1/runs/{chunks_only['runId']}/chunks", content="streamed ✓".encode(),
+                 headers={"content-type": "text/plain"}).raise_for_status()
+        untouched = create(api, leaseSeconds=0)
+        expiry = max(
+            api.get(f"/v1/runs/{run['runId']}").json()["leaseExpiresAt"] for run in (with_message, chunks_only)
+        )
+        assert result(api, with_message["runId"])["status"] == "running"
+    # Let the leases run out while no server runs.
+    time.sleep(max(0.0, datetime.fromisoformat(expiry.replace("Z", "+00:00")).timestamp() - time.time()) + 0.1)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        first = result(api, with_message["runId"])
+        assert first["stopReason"] == "timeout"
+        assert first["output"] == [text("kept")]
+        assert first["usage"]["outputTokens"] == 3
+        second = result(api, chunks_only["runId"])
+        assert second["stopReason"] == "timeout"
+        assert second["output"] == [text("streamed ✓")]
+        [event] = of_type(api, chunks_only["runId"], "subagent/end")
+        assert event["lastAssistantMessage"] == second["output"]
+        assert result(api, untouched["runId"])["status"] == "running"
