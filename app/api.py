@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.errors import BadRequest, UnsupportedMedia
+from app.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
 from app.events import EVENT_JSON_SCHEMA
 from app.ingest import ingest_json, ingest_ndjson, ingest_text, media_type, read_model, text_delta
 from app.schemas import (
@@ -24,6 +26,7 @@ from app.schemas import (
     ToolResult,
 )
 from app.service import RunService
+from app.store.base import AppendOutcome
 from app.settings import Settings
 from app.tool_result import tool_result
 from app.views import logged_event_view, result_view, run_view
@@ -107,6 +110,7 @@ async def list_runs(
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
     before = _cursor_pk(cursor) if cursor else None  # ``?cursor=`` (empty) is the first page
+    limit = min(limit, settings_of(request).max_page_size)
     # One more than asked for tells whether another page exists, so the last page says so.
     runs = await service_of(request).store.list_runs(
         parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before
@@ -122,6 +126,30 @@ async def list_runs(
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """The run with its current turn and status."""
     return run_view(await service_of(request).store.get_run(runId))
+
+
+def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
+    """``append(events)`` for one run, refusing batches and events over the configured limits.
+
+    A refused event names its index in the batch, so a streamed body keeps the events before it.
+    """
+
+    async def append(events: list[dict[str, Any]]) -> AppendOutcome:
+        if len(events) > settings.max_batch_events:
+            raise PayloadTooLarge(
+                f"the batch holds {len(events)} events; the limit is {settings.max_batch_events}",
+                code="batch_too_large", limit=settings.max_batch_events,
+            )
+        for index, event in enumerate(events):
+            size = len(orjson.dumps(event))
+            if size > settings.max_event_bytes:
+                raise PayloadTooLarge(
+                    f"event {index} is {size} bytes as JSON; the limit is {settings.max_event_bytes}",
+                    code="event_too_large", index=index, limit=settings.max_event_bytes,
+                )
+        return await service.append(run_id, events)
+
+    return append
 
 
 EVENTS_BODY = {
@@ -148,10 +176,7 @@ EVENTS_BODY = {
 async def append_events(request: Request, runId: str) -> dict[str, Any]:
     """Append events: a JSON object or array (all or nothing), or NDJSON applied line by line."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
-
-    async def append(events: list[dict[str, Any]]) -> Any:
-        return await service.append(runId, events)
-
+    append = _appender(service, settings_of(request), runId)
     kind = media_type(request)
     if kind in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
         return await ingest_ndjson(request, limit, append)
@@ -181,10 +206,7 @@ CHUNKS_BODY = {
 async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
     """Append bare chunk text: each piece of a streamed ``text/plain`` body is one text delta."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
-
-    async def append(events: list[dict[str, Any]]) -> Any:
-        return await service.append(runId, events)
-
+    append = _appender(service, settings_of(request), runId)
     kind = media_type(request)
     if kind == "text/plain":
         answer = await ingest_text(request, limit, append)
@@ -261,6 +283,7 @@ async def get_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
+    limit = min(limit, settings_of(request).max_page_size)
     events = await service_of(request).store.events_after(runId, after, limit)
     return {
         "events": [logged_event_view(event) for event in events],

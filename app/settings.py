@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="How often expired leases are looked for.")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
+    max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest single event accepted (as JSON).")
+    max_batch_events: int = Field(10_000, gt=0, description="Most events accepted in one JSON batch.")
+    max_page_size: int = Field(
+        1000, gt=0, description="Most items one page of runs or events returns (larger limits are lowered)."
+    )
     keepalive_seconds: float = Field(15.0, gt=0, description="Keep-alive comment interval on idle SSE streams.")
     max_wait_seconds: float = Field(300.0, gt=0, description="Longest ?wait= a result request may ask for.")
     subscriber_buffer: int = Field(

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from tests.servers import threaded_server
 
@@ -57,3 +58,49 @@ def test_headers_within_the_deadline_are_served(make_settings: Any) -> None:
                 assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
         finally:
             sock.close()
+
+
+def test_an_event_over_the_size_limit_refuses_its_batch(make_settings: Any) -> None:
+    """A JSON batch with one oversized event gets 413 naming its index, and stores nothing."""
+    with threaded_server(make_settings(max_event_bytes=200)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        small = {"type": "assistant/chunk", "delta": {"type": "text", "text": "ok"}}
+        big = {"type": "assistant/chunk", "delta": {"type": "text", "text": "x" * 300}}
+        refused = api.post(f"/v1/runs/{run}/events", json=[small, big])
+        assert refused.status_code == 413
+        assert refused.json()["code"] == "event_too_large" and refused.json()["index"] == 1
+        assert api.get(f"/v1/runs/{run}").json()["lastSeq"] == 1  # only subagent/start
+
+
+def test_ndjson_keeps_the_events_before_an_oversized_line(make_settings: Any) -> None:
+    """In a streamed NDJSON body the events before an oversized one are stored and counted."""
+    with threaded_server(make_settings(max_event_bytes=200)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        lines = [orjson.dumps({"type": "x-n", "n": n}) for n in range(3)]
+        lines.append(orjson.dumps({"type": "x-big", "pad": "y" * 300}))
+        refused = api.post(f"/v1/runs/{run}/events", content=b"\n".join(lines),
+                           headers={"content-type": "application/x-ndjson"})
+        assert refused.status_code == 413
+        assert refused.json()["index"] == 3 and refused.json()["accepted"] == 3
+
+
+def test_a_batch_over_the_count_limit_is_refused(make_settings: Any) -> None:
+    """More events than max_batch_events in one JSON batch gets 413 batch_too_large."""
+    with threaded_server(make_settings(max_batch_events=5)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        refused = api.post(f"/v1/runs/{run}/events", json=[{"type": "x-a"}] * 6)
+        assert refused.status_code == 413 and refused.json()["code"] == "batch_too_large"
+        assert api.post(f"/v1/runs/{run}/events", json=[{"type": "x-a"}] * 5).json()["accepted"] == 5
+
+
+def test_page_sizes_are_capped(make_settings: Any) -> None:
+    """A limit above max_page_size returns at most max_page_size items, and paging goes on."""
+    with threaded_server(make_settings(max_page_size=3)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        api.post(f"/v1/runs/{run}/events", json=[{"type": "x-a"}] * 7).raise_for_status()
+        page = api.get(f"/v1/runs/{run}/events", params={"limit": 100}).json()
+        assert [e["seq"] for e in page["events"]] == [1, 2, 3]
+        for _ in range(4):
+            api.post("/v1/runs", json={})
+        runs = api.get("/v1/runs", params={"limit": 100}).json()
+        assert len(runs["runs"]) == 3 and "nextCursor" in runs
