@@ -39,7 +39,18 @@ def _demo(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    run_id = run_scenario(args.scenario, args.url, run_id=args.run_id)
+    import httpx
+
+    try:
+        run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
+    except httpx.HTTPStatusError as error:
+        detail = error.response.text.strip() or error.response.reason_phrase
+        print(f"lastword demo: {error.request.method} {error.request.url} answered "
+              f"{error.response.status_code}: {detail}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as error:
+        print(f"lastword demo: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 1
     print(run_id)
     return 0
 
@@ -162,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO",
                       help="one of: " + ", ".join(sorted(SCENARIOS)))
-    demo.add_argument("--url", default="http://127.0.0.1:8000", help="the service's base URL")
-    demo.add_argument("--run-id", help="use this run id instead of a generated one")
+    demo.add_argument("--run-id", help="play into this run (created if it does not exist) instead of a new one")
+    _add_remote(demo)
     demo.set_defaults(handler=_demo)
 
     tail = commands.add_parser(

@@ -6,18 +6,19 @@ reproduces one of the cases lastword exists for (SPEC §1).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 
 Script = Callable[[httpx.Client, str], None]
 
 
-def _events(client: httpx.Client, run_id: str, *events: dict) -> None:
+def _events(client: httpx.Client, run_id: str, *events: dict[str, Any]) -> None:
     client.post(f"/v1/runs/{run_id}/events", json=list(events)).raise_for_status()
 
 
-def _text(text: str) -> dict:
+def _text(text: str) -> dict[str, Any]:
     return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
 
 
@@ -58,7 +59,7 @@ def max_tokens_partial(client: httpx.Client, run_id: str) -> None:
 def cancelled_streaming(client: httpx.Client, run_id: str) -> None:
     """Only bare chunk text, streamed as text/plain, then the parent cancels the child."""
 
-    def pieces():  # type: ignore[no-untyped-def]
+    def pieces() -> Iterator[bytes]:
         yield "Draft summary: the migration touches ".encode()
         yield "4 tables and needs a backfill for ".encode()
         yield "users.email".encode()
@@ -103,14 +104,31 @@ SCENARIOS: dict[str, Script] = {
 }
 
 
-def run_scenario(name: str, url: str, *, run_id: str | None = None, transport: httpx.BaseTransport | None = None) -> str:
-    """Create a run, play the scenario into it, and return the run id."""
-    with httpx.Client(base_url=url, timeout=30, transport=transport) as client:
-        body: dict = {"agent": f"demo:{name}"}
+def run_scenario(
+    name: str,
+    url: str,
+    *,
+    run_id: str | None = None,
+    token: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> str:
+    """Play the scenario into a new run, or into ``run_id``, and return the run id.
+
+    A ``run_id`` that does not exist yet is created; one that exists is played into as it is,
+    so a watcher can create the run and subscribe to its stream before the scenario starts
+    (a stream of a run that does not exist yet is a 404). ``token`` is a bearer token (the ingest
+    token), for a service that asks for one.
+    """
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=url, timeout=30, transport=transport, headers=headers) as client:
+        if run_id is not None and client.get(f"/v1/runs/{run_id}").status_code == 200:
+            SCENARIOS[name](client, run_id)
+            return run_id
+        body: dict[str, Any] = {"agent": f"demo:{name}"}
         if run_id is not None:
             body["runId"] = run_id
         response = client.post("/v1/runs", json=body)
         response.raise_for_status()
-        created = response.json()["runId"]
+        created = str(response.json()["runId"])
         SCENARIOS[name](client, created)
-        return str(created)
+        return created

@@ -5,9 +5,9 @@ The hub only carries what is already durable: the service publishes after the st
 register before they read the log and drop what they already sent by id, so the hand-over
 from "replay from the log" to "live" neither loses nor repeats an event.
 
-A subscriber's buffer is bounded. When it fills (the client stops reading), further events are
-dropped for it and it is marked ``behind``: it then re-reads the log after the last id it sent,
-so memory stays bounded and nothing is lost.
+A subscriber's buffer is bounded. When it fills (the client stops reading), that event and every
+later one are dropped for it and it is marked ``behind``: once it has sent what it holds, it
+re-reads the log after the last id it sent, so memory stays bounded and nothing is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from app.lifecycle import RUN_CLOSED, SUBAGENT_END
 from app.store.base import StoredEvent
 
 
+#: Put in a subscriber's queue to send it back to the log (see :meth:`Hub.resync`).
+_RESYNC = StoredEvent(run_id="", seq=0, turn=0, type="", body={}, received_at=0.0)
+
+
 class Subscription:
     def __init__(self, buffer: int, types: frozenset[str] | None, parent_run_id: str | None = None) -> None:
         self.queue: asyncio.Queue[StoredEvent] = asyncio.Queue(maxsize=buffer)
@@ -29,6 +33,11 @@ class Subscription:
 
     def offer(self, event: StoredEvent) -> None:
         if self.types is not None and event.type not in self.types:
+            return
+        if self.behind:
+            # Once one event is dropped, every later one comes from the log too: queued
+            # behind the gap, it would be sent before the dropped one, whose id would then
+            # look already sent.
             return
         try:
             self.queue.put_nowait(event)
@@ -40,9 +49,18 @@ class Subscription:
         if self.behind and self.queue.empty():
             return None
         try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
+            event = await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
             return None
+        return None if event is _RESYNC else event
+
+    def resync(self) -> None:
+        """Send the subscriber back to the log: live events may have been lost."""
+        self.behind = True
+        try:
+            self.queue.put_nowait(_RESYNC)  # wakes a waiting next()
+        except asyncio.QueueFull:
+            pass  # it will find the queue's end and see ``behind`` soon enough
 
     def caught_up(self) -> None:
         self.behind = False
@@ -98,6 +116,15 @@ class Hub:
             if event.type in (SUBAGENT_END, RUN_CLOSED):
                 for waiter in self._turn_ends.get(event.run_id, ()):
                     waiter.set()
+
+    def resync(self) -> None:
+        """Live events may have been lost (missed notices): every subscriber re-reads the log,
+        and every waiter re-reads its result."""
+        for subscription in (*self._feeds, *(s for subs in self._runs.values() for s in subs)):
+            subscription.resync()
+        for waiters in self._turn_ends.values():
+            for waiter in waiters:
+                waiter.set()
 
     def turn_end_signal(self, run_id: str) -> asyncio.Event:
         """An event set when any turn of the run ends; call :meth:`release` when done."""

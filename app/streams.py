@@ -7,17 +7,25 @@ it reflects), the firehose's are its own global order. Either way a client resum
 Order of work for a subscription: register with the hub first, then read the log after the
 resume point, then take live events, dropping any the log already gave. A subscriber that
 fell behind (its bounded buffer filled) goes back to the log instead of being fed from memory.
+
+The subscription is registered in the route, before the response's headers go out, so a client
+that has its headers misses nothing that happens afterwards (the firehose has no snapshot to
+mark that point). It is released by the response, not by the message generator: when a client
+leaves before the first message the generator never starts, and a generator that never
+started never runs its ``finally``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
+from app.api import MAX_INT64
 from app.errors import BadRequest
 from app.hub import Subscription
 from app.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
@@ -42,10 +50,21 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
             value = int(last_event_id)
         except ValueError:
             raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id") from None
-        if value < 0:
-            raise BadRequest("Last-Event-ID must not be negative", code="invalid_last_event_id")
+        if not 0 <= value <= MAX_INT64:
+            # Ids are 64-bit in both databases; a larger one is none this stream sent.
+            raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id")
         return value
     return after
+
+
+def _check_sent(resume: int, last_id: int) -> None:
+    """Refuse a resume point past the stream's end: no stream sent it, and waiting for the
+    stream to reach it would silently skip everything up to there."""
+    if resume > last_id:
+        raise BadRequest(
+            f"resume id {resume} is past the end of this stream (its last id is {last_id})",
+            code="invalid_last_event_id", lastId=last_id,
+        )
 
 
 def _message(event: StoredEvent, message_id: int) -> ServerSentEvent:
@@ -56,11 +75,53 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
     return event.type == RUN_CLOSED or (event.type == SUBAGENT_END and run.mode == "oneshot")
 
 
-def _response(request: Request, messages: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+class KeepAlive(ServerSentEvent):
+    """The keep-alive: one comment line, without the blank line that would end an event.
+
+    A comment followed by a blank line is a valid no-op by the SSE specification, but some
+    clients (httpx-sse 0.4 among them) dispatch an empty ``message`` event on that blank line,
+    repeating the last id: a reader would see a phantom event after every keep-alive. A lone
+    comment line is skipped by every parser, and the next event's lines follow it as usual.
+    """
+
+    def encode(self) -> bytes:
+        return b": ping\r\n"
+
+
+def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
+    """Count the subscription as open; the callable returned ends it (call it exactly once)."""
+    service.metrics.subscribers.inc()
+
+    def release() -> None:
+        service.hub.unsubscribe(run_id, subscription)
+        service.metrics.subscribers.dec()
+
+    return release
+
+
+class _SubscribedResponse(EventSourceResponse):
+    """An SSE response that releases its hub subscription however the response ends."""
+
+    def __init__(self, messages: AsyncIterator[ServerSentEvent], release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(messages, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def _response(
+    request: Request, messages: AsyncIterator[ServerSentEvent], release: Callable[[], None]
+) -> EventSourceResponse:
     settings = request.app.state.settings
-    return EventSourceResponse(
+    return _SubscribedResponse(
         messages,
+        release,
         ping=settings.keepalive_seconds,
+        ping_message_factory=KeepAlive,
         send_timeout=30,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -71,7 +132,7 @@ async def run_stream(
     request: Request,
     runId: str,
     include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
-    after: Annotated[int | None, Query(ge=0, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
@@ -79,6 +140,7 @@ async def run_stream(
     types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
     resume = _resume_point(last_event_id, after)
     subscription = service.hub.subscribe_run(runId, frozenset(types))
+    release = _releaser(service, runId, subscription)
     try:
         if resume is None:
             run, turn = await service.store.snapshot(runId)
@@ -89,12 +151,13 @@ async def run_stream(
             )
         else:
             run = await service.store.get_run(runId)
+            _check_sent(resume, run.last_seq)
             snapshot = None
     except BaseException:
-        service.hub.unsubscribe(runId, subscription)
+        release()
         raise
     start = run.last_seq if resume is None else resume
-    return _response(request, _run_messages(service, subscription, run, snapshot, start, frozenset(types)))
+    return _response(request, _run_messages(service, subscription, run, snapshot, start, frozenset(types)), release)
 
 
 async def _run_messages(
@@ -105,87 +168,81 @@ async def _run_messages(
     last: int,
     types: frozenset[str],
 ) -> AsyncIterator[ServerSentEvent]:
-    service.metrics.subscribers.inc()
-    try:
-        if snapshot is not None:
-            yield snapshot
-            if run.status == "ended":
-                return
+    if snapshot is not None:
+        yield snapshot
+        if run.status == "ended":
+            return
+    while True:
+        # Cleared before the log is read: an overflow from now on sends us back here.
+        subscription.caught_up()
+        # From the log: everything after the last id sent, page by page.
         while True:
-            # Cleared before the log is read: an overflow from now on sends us back here.
-            subscription.caught_up()
-            # From the log: everything after the last id sent, page by page.
-            while True:
-                events = await service.store.events_after(run.run_id, last, PAGE, types)
-                for event in events:
-                    yield _message(event, event.seq)
-                    last = event.seq
-                    if _closes(event, run):
-                        return
-                if len(events) < PAGE:
-                    break
-            run = await service.store.get_run(run.run_id)
-            if run.status == "ended" and last >= run.last_seq:
-                return
-            # Live, until the buffer overflows and the log takes over again.
-            while True:
-                event = await subscription.next()
-                if event is None:
-                    break
-                if event.seq <= last:
-                    continue
+            events = await service.store.events_after(run.run_id, last, PAGE, types)
+            for event in events:
                 yield _message(event, event.seq)
                 last = event.seq
                 if _closes(event, run):
                     return
-    finally:
-        service.hub.unsubscribe(run.run_id, subscription)
-        service.metrics.subscribers.dec()
+            if len(events) < PAGE:
+                break
+        run = await service.store.get_run(run.run_id)
+        if run.status == "ended" and last >= run.last_seq:
+            return
+        # Live, until the buffer overflows and the log takes over again.
+        while True:
+            event = await subscription.next()
+            if event is None:
+                break
+            if event.seq <= last:
+                continue
+            yield _message(event, event.seq)
+            last = event.seq
+            if _closes(event, run):
+                return
 
 
 @router.get("/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
 async def firehose(
     request: Request,
     parentRunId: str | None = None,
-    after: Annotated[int | None, Query(ge=0, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
     service: RunService = request.app.state.service
     resume = _resume_point(last_event_id, after)
     subscription = service.hub.subscribe_feed(parentRunId)
+    release = _releaser(service, None, subscription)
     try:
-        start = resume if resume is not None else await service.store.last_feed_id()
+        start = await service.store.last_feed_id()
+        if resume is not None:
+            _check_sent(resume, start)
+            start = resume
     except BaseException:
-        service.hub.unsubscribe(None, subscription)
+        release()
         raise
-    return _response(request, _feed_messages(service, subscription, parentRunId, start))
+    return _response(request, _feed_messages(service, subscription, parentRunId, start), release)
 
 
 async def _feed_messages(
     service: RunService, subscription: Subscription, parent_run_id: str | None, last: int
 ) -> AsyncIterator[ServerSentEvent]:
-    service.metrics.subscribers.inc()
-    try:
+    while True:
+        subscription.caught_up()
         while True:
-            subscription.caught_up()
-            while True:
-                events = await service.store.feed_after(last, parent_run_id, PAGE)
-                for event in events:
-                    assert event.feed_id is not None
-                    yield _message(event, event.feed_id)
-                    last = event.feed_id
-                if len(events) < PAGE:
-                    break
-            while True:
-                event = await subscription.next()
-                if event is None:
-                    break
+            events = await service.store.feed_after(last, parent_run_id, PAGE)
+            for event in events:
                 assert event.feed_id is not None
-                if event.feed_id <= last:
-                    continue
                 yield _message(event, event.feed_id)
                 last = event.feed_id
-    finally:
-        service.hub.unsubscribe(None, subscription)
-        service.metrics.subscribers.dec()
+            if len(events) < PAGE:
+                break
+        while True:
+            event = await subscription.next()
+            if event is None:
+                break
+            assert event.feed_id is not None
+            if event.feed_id <= last:
+                continue
+            yield _message(event, event.feed_id)
+            last = event.feed_id

@@ -79,6 +79,8 @@ class ServerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()  # a restart opens a new pipe; this one would leak
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
