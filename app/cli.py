@@ -20,16 +20,14 @@ from app.settings import Settings
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.logs import configure_logging
-    from app.server import uvicorn_config
+    from app.server import LastwordServer, uvicorn_config
 
     settings = Settings()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.model_copy(update=overrides)
     configure_logging(settings.log_level)
-    uvicorn.Server(uvicorn_config(settings)).run()
+    LastwordServer(uvicorn_config(settings)).run()
     return 0
 
 

@@ -30,6 +30,8 @@ class Subscription:
         self.types = types
         self.parent_run_id = parent_run_id
         self.behind = False
+        #: Why the service asks this subscriber to go away (``"shutdown"``), or None.
+        self.ended_by: str | None = None
 
     def offer(self, event: StoredEvent) -> None:
         if self.types is not None and event.type not in self.types:
@@ -45,8 +47,8 @@ class Subscription:
             self.behind = True
 
     async def next(self, timeout: float | None = None) -> StoredEvent | None:
-        """The next live event, or ``None`` when the subscriber fell behind or timed out."""
-        if self.behind and self.queue.empty():
+        """The next live event, or ``None`` when the subscriber fell behind, timed out or was ended."""
+        if self.ended_by is not None or (self.behind and self.queue.empty()):
             return None
         try:
             event = await asyncio.wait_for(self.queue.get(), timeout)
@@ -65,6 +67,14 @@ class Subscription:
     def caught_up(self) -> None:
         self.behind = False
 
+    def end(self, reason: str) -> None:
+        """Ask the subscriber to tell its client to reconnect, and to stop."""
+        self.ended_by = reason
+        try:
+            self.queue.put_nowait(_RESYNC)  # wakes a waiting next()
+        except asyncio.QueueFull:
+            pass  # not waiting: it checks ``ended_by`` before it waits again
+
 
 class Hub:
     def __init__(self, buffer: int = 1000) -> None:
@@ -72,6 +82,8 @@ class Hub:
         self._runs: dict[str, set[Subscription]] = defaultdict(set)
         self._feeds: set[Subscription] = set()
         self._turn_ends: dict[str, set[asyncio.Event]] = defaultdict(set)
+        #: Set when the service shuts down: streams say "reconnect" and long polls answer now.
+        self.draining = False
 
     @property
     def subscriber_count(self) -> int:
@@ -122,6 +134,15 @@ class Hub:
         and every waiter re-reads its result."""
         for subscription in (*self._feeds, *(s for subs in self._runs.values() for s in subs)):
             subscription.resync()
+        for waiters in self._turn_ends.values():
+            for waiter in waiters:
+                waiter.set()
+
+    def drain(self) -> None:
+        """Shutting down: every subscriber tells its client to reconnect, every waiter answers."""
+        self.draining = True
+        for subscription in (*self._feeds, *(s for subs in self._runs.values() for s in subs)):
+            subscription.end("shutdown")
         for waiters in self._turn_ends.values():
             for waiter in waiters:
                 waiter.set()

@@ -1,4 +1,11 @@
-"""Serving the app with uvicorn, with a deadline for request headers.
+"""Serving the app with uvicorn: a deadline for request headers, and a graceful shutdown.
+
+Shutdown (SIGTERM, or ``should_exit``): the listening sockets close first, so nothing new
+comes in; then every SSE subscriber gets a last ``server/reconnect`` message and its stream
+ends, and every long poll answers with the result as it stands; then uvicorn waits (up to
+``LASTWORD_SHUTDOWN_GRACE_SECONDS``) for in-flight requests — ingests included — to finish,
+and the lifespan closes the store. sse-starlette's own shutdown handling is turned off: it
+would end the streams without the reconnect message, racing ours.
 
 uvicorn has no limit on how long a client may take to send its request headers, so a client
 trickling them a byte at a time would hold a connection (and its memory) forever. The protocol
@@ -10,10 +17,12 @@ closed.
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import orjson
 import uvicorn
+from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.main import create_app
@@ -69,6 +78,20 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+
+class LastwordServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        AppStatus.disable_automatic_graceful_drain()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting before clients are told to reconnect
+        service = getattr(self.config.app.state, "service", None)
+        if service is not None:
+            service.hub.drain()
+        await super().shutdown(sockets)
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:

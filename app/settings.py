@@ -25,7 +25,7 @@ class Settings(BaseSettings):
         description="SQLite: 'normal' survives a crash of the process, 'full' a power cut.",
     )
     lease_seconds: float = Field(
-        600.0, ge=0, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
+        600.0, ge=0, le=1e9, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
     )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="How often expired leases are looked for.")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     )
     keepalive_seconds: float = Field(15.0, gt=0, description="Keep-alive comment interval on idle SSE streams.")
     max_wait_seconds: float = Field(300.0, gt=0, description="Longest ?wait= a result request may ask for.")
+    sse_max_lifetime_seconds: float = Field(
+        3600.0, gt=0, description="An SSE connection is asked to reconnect after this long (server/reconnect)."
+    )
+    sse_send_timeout_seconds: float = Field(
+        30.0, gt=0, description="An SSE client that has not taken a message for this long is disconnected."
+    )
     subscriber_buffer: int = Field(
         1000, gt=0, description="Events buffered per SSE subscriber before a slow one is cut off."
     )

@@ -17,6 +17,7 @@ started never runs its ``finally``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -71,6 +72,23 @@ def _message(event: StoredEvent, message_id: int) -> ServerSentEvent:
     return ServerSentEvent(data=orjson.dumps(event.body).decode(), event=event.type, id=str(message_id))
 
 
+def _reconnect(reason: str, last: int) -> ServerSentEvent:
+    """The last message of a stream the service ends: the client should reconnect.
+
+    It has no id, so a client's Last-Event-ID stays the last real event's; ``retry`` tells an
+    EventSource how long to wait before it reconnects.
+    """
+    data = orjson.dumps({"reason": reason, "lastEventId": last}).decode()
+    return ServerSentEvent(data=data, event="server/reconnect", retry=1000)
+
+
+def _ended(subscription: Subscription, deadline: float) -> str | None:
+    """Why the service ends this stream now: shutdown, or the connection's lifetime is over."""
+    if subscription.ended_by is not None:
+        return subscription.ended_by
+    return "lifetime" if time.monotonic() >= deadline else None
+
+
 def _closes(event: StoredEvent, run: RunRecord) -> bool:
     return event.type == RUN_CLOSED or (event.type == SUBAGENT_END and run.mode == "oneshot")
 
@@ -122,7 +140,9 @@ def _response(
         release,
         ping=settings.keepalive_seconds,
         ping_message_factory=KeepAlive,
-        send_timeout=30,
+        # A client that stops reading is cut off once a send has waited this long; it
+        # resumes with Last-Event-ID. Its hub buffer is bounded meanwhile.
+        send_timeout=settings.sse_send_timeout_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
@@ -157,7 +177,9 @@ async def run_stream(
         release()
         raise
     start = run.last_seq if resume is None else resume
-    return _response(request, _run_messages(service, subscription, run, snapshot, start, frozenset(types)), release)
+    deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
+    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types), deadline)
+    return _response(request, messages, release)
 
 
 async def _run_messages(
@@ -167,6 +189,7 @@ async def _run_messages(
     snapshot: ServerSentEvent | None,
     last: int,
     types: frozenset[str],
+    deadline: float,
 ) -> AsyncIterator[ServerSentEvent]:
     if snapshot is not None:
         yield snapshot
@@ -190,7 +213,7 @@ async def _run_messages(
             return
         # Live, until the buffer overflows and the log takes over again.
         while True:
-            event = await subscription.next()
+            event = await subscription.next(deadline - time.monotonic())
             if event is None:
                 break
             if event.seq <= last:
@@ -199,6 +222,9 @@ async def _run_messages(
             last = event.seq
             if _closes(event, run):
                 return
+        if ended := _ended(subscription, deadline):
+            yield _reconnect(ended, last)
+            return
 
 
 @router.get("/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
@@ -221,11 +247,12 @@ async def firehose(
     except BaseException:
         release()
         raise
-    return _response(request, _feed_messages(service, subscription, parentRunId, start), release)
+    deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
+    return _response(request, _feed_messages(service, subscription, parentRunId, start, deadline), release)
 
 
 async def _feed_messages(
-    service: RunService, subscription: Subscription, parent_run_id: str | None, last: int
+    service: RunService, subscription: Subscription, parent_run_id: str | None, last: int, deadline: float
 ) -> AsyncIterator[ServerSentEvent]:
     while True:
         subscription.caught_up()
@@ -238,7 +265,7 @@ async def _feed_messages(
             if len(events) < PAGE:
                 break
         while True:
-            event = await subscription.next()
+            event = await subscription.next(deadline - time.monotonic())
             if event is None:
                 break
             assert event.feed_id is not None
@@ -246,3 +273,6 @@ async def _feed_messages(
                 continue
             yield _message(event, event.feed_id)
             last = event.feed_id
+        if ended := _ended(subscription, deadline):
+            yield _reconnect(ended, last)
+            return

@@ -14,9 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import uvicorn
 
-from app.server import uvicorn_config
+from app.server import LastwordServer, uvicorn_config
 from app.settings import Settings
 
 
@@ -32,7 +31,7 @@ def threaded_server(settings: Settings) -> Iterator[str]:
     port = free_port()
     config = uvicorn_config(settings, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
+    server = LastwordServer(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
@@ -58,29 +57,38 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20) -> ServerProcess:
+        # The log goes to a file: a pipe nobody drains fills up and blocks the server.
+        self.log_path = self.cwd / f"server-{self.port}.log"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve"], env=self.env, cwd=self.cwd,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=self._log,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                self._reap()
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("server did not become ready")
+        self.kill()
+        raise RuntimeError(f"server did not become ready: {self.log_path.read_text()[-2000:]}")
+
+    def _reap(self) -> None:
+        log = getattr(self, "_log", None)
+        if log is not None and not log.closed:
+            log.close()
 
     def kill(self) -> None:
         """``kill -9``: no shutdown code runs."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
-        if self.process is not None and self.process.stderr is not None:
-            self.process.stderr.close()  # a restart opens a new pipe; this one would leak
+        self._reap()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -89,3 +97,4 @@ class ServerProcess:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._reap()
