@@ -19,6 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Match
 
 from app import __version__
 from app.access import AccessControl
@@ -32,6 +33,7 @@ from app.schemas import Health, Problem
 from app.service import RunService
 from app.settings import Settings
 from app.store import open_store
+from app.store.factory import open_notifier
 from app.streams import router as stream_router
 
 log = logging.getLogger("lastword")
@@ -59,9 +61,20 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         codes = {404: "not_found", 405: "method_not_allowed"}
-        return problem_response(
+        response = problem_response(
             error.status_code, codes.get(error.status_code, "http_error"), str(error.detail), str(error.detail),
         )
+        if error.headers:
+            response.headers.update(error.headers)  # 405 carries ``Allow`` (RFC 9110 §15.5.6)
+        if error.status_code == 405:
+            # Starlette's ``Allow`` names the first route on the path only; a path served by
+            # several routes (GET and POST /v1/runs) must list them all.
+            methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+                       if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+                              for route in request.app.router.routes)}
+            if methods:
+                response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
@@ -88,6 +101,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hub = Hub(settings.subscriber_buffer)
         service = RunService(store, hub, app.state.metrics)
         app.state.service = service
+        notifier = app.state.notifier = open_notifier(store, service)
+        if notifier is not None:
+            # Several replicas: the hub is fed by commit notices, in commit order, for this
+            # replica's commits as for the others' (RunService.publish_committed).
+            service.publish_on_commit = False
+            try:
+                await notifier.start()
+            except BaseException:
+                await store.close()
+                raise
         await service.sweep_once()
         sweeper = asyncio.create_task(service.sweep_forever(settings.sweep_interval_seconds))
         try:
@@ -96,6 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+            if notifier is not None:
+                await notifier.close()
             await store.close()
 
     app = FastAPI(
@@ -106,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.notifier = None
     app.include_router(api_router)
     app.include_router(stream_router)
     _install_error_handlers(app)
@@ -136,13 +162,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await request.app.state.service.store.ping()
         except Unavailable as error:
             return JSONResponse(error.problem(), status_code=503, media_type=PROBLEM_JSON)
+        notifier = request.app.state.notifier
+        if notifier is not None and not notifier.connected:
+            # Writes would work, but live streams here would not hear other replicas' commits.
+            return problem_response(503, "notices_unavailable", "Store unavailable",
+                                    "not listening for other replicas' commits; reconnecting")
         return {"status": "ready"}
 
     @app.get("/metrics", tags=["health"], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics(request: Request) -> Response:
         """Prometheus metrics."""
-        return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
+        metrics = request.app.state.metrics
+        metrics.count_runs(await request.app.state.service.store.count_runs())
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

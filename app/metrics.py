@@ -32,6 +32,7 @@ class Metrics:
         self.leases_expired = Counter(
             "lastword_leases_expired", "Turns ended because their lease expired.", registry=self.registry
         )
+        self.runs = Gauge("lastword_runs", "Runs by status (counted when scraped).", ["status"], registry=self.registry)
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
@@ -43,6 +44,10 @@ class Metrics:
         if outcome.accepted:
             for kind, count in Tally(event["type"] for event in events).items():
                 self.events_ingested.labels(kind).inc(count)
+
+    def count_runs(self, by_status: dict[str, int]) -> None:
+        for status in ("running", "idle", "ended"):
+            self.runs.labels(status).set(by_status.get(status, 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -178,4 +178,5 @@ class Store(abc.ABC):
     async def expired_runs(self, now: float) -> list[str]: ...
 
     @abc.abstractmethod
-    async def open_children(self, run_id: str) -> list[str]: ...
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs there are in each status."""

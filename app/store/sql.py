@@ -182,11 +182,21 @@ class SqlStore(Store):
     def _lock_clause(self) -> str:
         return ""
 
+    def _insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+        """Hook: store a batch of event rows (``EVENT_COLUMNS`` order; PostgreSQL uses COPY)."""
+        tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
     def _before_feed_insert(self, tx: Tx) -> None:
         """Hook: serialise firehose writers where the database would not (PostgreSQL)."""
 
-    def _after_commit_notice(self, tx: Tx, run_id: str, last_seq: int, feed_id: int | None) -> None:
-        """Hook: tell other replicas that a run moved (PostgreSQL NOTIFY)."""
+    def _after_commit_notice(
+        self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
+    ) -> None:
+        """Hook: say, inside the transaction, that ``first_seq..last_seq`` of the run commit with it.
+
+        PostgreSQL sends a NOTIFY that is delivered to every replica when (and only if) the
+        transaction commits; ``feed_id`` is set when the range ends with a lifecycle event.
+        """
 
     # -- folds ---------------------------------------------------------------------------
 
@@ -332,6 +342,7 @@ class SqlStore(Store):
             return existing, False, []
         run = self._run(tx, spec.run_id, lock=False)
         start = self._start_turn(tx, run, 1, 1, now)
+        self._after_commit_notice(tx, run.run_id, 1, 1, start.feed_id)
         return run, True, [start]
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -394,19 +405,19 @@ class SqlStore(Store):
                 live.append(StoredEvent(run_id, seq, run.turn, kind, event, now, event.get("eventId")))
             elif kind == "turn/end":
                 end = (normalise_stop_reason(event["stopReason"]), event.get("error"))
-        tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self._insert_events(tx, rows)
 
         outcome = AppendOutcome(len(rows), duplicates, seq, live)
         if end is None:
             self._update_run(tx, run_id, last_seq=seq, status="running", turn=run.turn,
                              lease=self._lease_expiry(run, now), now=now)
-            self._after_commit_notice(tx, run_id, seq, None)
+            self._after_commit_notice(tx, run_id, run.last_seq + 1, seq, None)
             return outcome
         seq += 1
         turn, stored = self._finish_turn(tx, run, fold, end[0], end[1], seq, now)
         self._update_run(tx, run_id, last_seq=seq, status=self._status_after_turn(run),
                          turn=run.turn, lease=None, now=now)
-        self._after_commit_notice(tx, run_id, seq, stored.feed_id)
+        self._after_commit_notice(tx, run_id, run.last_seq + 1, seq, stored.feed_id)
         self._forget_fold(run_id, run.turn)
         outcome.last_seq = seq
         outcome.stored.append(stored)
@@ -483,7 +494,7 @@ class SqlStore(Store):
         seq = run.last_seq + 1
         turn, stored = self._finish_turn(tx, run, fold, stop_reason, error, seq, now)
         self._update_run(tx, run.run_id, last_seq=seq, status=status, turn=run.turn, lease=None, now=now)
-        self._after_commit_notice(tx, run.run_id, seq, stored.feed_id)
+        self._after_commit_notice(tx, run.run_id, seq, seq, stored.feed_id)
         self._forget_fold(run.run_id, run.turn)
         return EndOutcome(self._run(tx, run.run_id, lock=False), turn, True, [stored])
 
@@ -497,13 +508,13 @@ class SqlStore(Store):
         if run.status != "idle":
             raise Conflict(
                 f"run {run_id!r} is {run.status}: a new turn starts only when the run is idle",
-                code=f"run_{run.status}", status=run.status,
+                code=f"run_{run.status}", runStatus=run.status,
             )
         seq = run.last_seq + 1
         stored = self._start_turn(tx, run, run.turn + 1, seq, now)
         self._update_run(tx, run_id, last_seq=seq, status="running", turn=run.turn + 1,
                          lease=self._lease_expiry(run, now), now=now)
-        self._after_commit_notice(tx, run_id, seq, stored.feed_id)
+        self._after_commit_notice(tx, run_id, seq, seq, stored.feed_id)
         return self._run(tx, run_id, lock=False), [stored]
 
     async def close_run(self, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]:
@@ -527,7 +538,7 @@ class SqlStore(Store):
         closed = self._insert_lifecycle(tx, run, seq, run.turn, body, now)
         stored.append(closed)
         self._update_run(tx, run_id, last_seq=seq, status="ended", turn=run.turn, lease=None, now=now)
-        self._after_commit_notice(tx, run_id, seq, closed.feed_id)
+        self._after_commit_notice(tx, run_id, seq, seq, closed.feed_id)
         return self._run(tx, run_id, lock=False), stored
 
     async def turn_result(self, run_id: str, turn: int | None) -> tuple[RunRecord, TurnRecord]:
@@ -607,15 +618,43 @@ class SqlStore(Store):
         )
         return [row[0] for row in rows]
 
-    async def open_children(self, run_id: str) -> list[str]:
-        return await self._read(self._open_children, run_id)
+    async def count_runs(self) -> dict[str, int]:
+        return await self._read(self._count_runs)
 
-    def _open_children(self, tx: Tx, run_id: str) -> list[str]:
-        rows = tx.all("SELECT run_id FROM runs WHERE parent_run_id = ? AND status = 'running'", (run_id,))
-        return [row[0] for row in rows]
+    def _count_runs(self, tx: Tx) -> dict[str, int]:
+        return {status: count for status, count in tx.all("SELECT status, COUNT(*) FROM runs GROUP BY status")}
 
 
 async def run_in(executor: Any, fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn(*args)`` on ``executor`` and wait for it without blocking the event loop."""
     return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
+
+
+def upgrade_schema(tx: Tx, migrations: Sequence[str]) -> int:
+    """Bring the schema up to version ``len(migrations)``; the version it was found at.
+
+    ``migrations[i]`` holds the statements (``;``-separated) that take version ``i`` to
+    ``i + 1``. The caller holds the lock that serialises start-ups (SQLite: ``BEGIN
+    IMMEDIATE``; PostgreSQL: an advisory lock), so replicas starting together apply each step
+    once, one after the other, and the later ones find nothing to do. A database written by a
+    newer release is refused rather than run with a schema this code does not know.
+    """
+    tx.run("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    row = tx.one("SELECT value FROM meta WHERE key = 'schema_version'")
+    found = int(row[0]) if row is not None else 0
+    if found > len(migrations):
+        raise RuntimeError(
+            f"the database has schema version {found}, newer than this release's {len(migrations)}"
+        )
+    for step in migrations[found:]:
+        for statement in step.split(";"):
+            if statement.strip():
+                tx.run(statement)
+    if found < len(migrations):
+        tx.run(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(len(migrations)),),
+        )
+    return found

@@ -1,0 +1,63 @@
+"""Prometheus metrics over HTTP: what an operator graphs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.servers import threaded_server
+from tests.sse import open_stream
+
+
+def samples(api: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = api.get("/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_what_happened(make_settings: Any) -> None:
+    """Events by type, ingest latency, runs by status, turns by stop reason, expired leases, subscribers."""
+    with threaded_server(make_settings(sweep_interval_seconds=0.1)) as url, httpx.Client(base_url=url) as api:
+        ended = api.post("/v1/runs", json={}).json()["runId"]
+        api.post(f"/v1/runs/{ended}/events", json=[
+            {"type": "assistant/chunk", "delta": {"type": "text", "text": "a"}},
+            {"type": "assistant/chunk", "delta": {"type": "text", "text": "b"}},
+            {"type": "assistant/message", "message": {"content": []}},
+        ]).raise_for_status()
+        api.post(f"/v1/runs/{ended}/end", json={"stopReason": "length"}).raise_for_status()
+        api.post("/v1/runs", json={"leaseSeconds": 0.2})
+        api.post("/v1/runs", json={"mode": "continuable"})
+        running = api.post("/v1/runs", json={"leaseSeconds": 0}).json()["runId"]
+        deadline = time.monotonic() + 10
+        while samples(api).get(("lastword_leases_expired_total", ()), 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        async def with_subscriber() -> dict[Any, float]:
+            async with httpx.AsyncClient(base_url=url) as client, open_stream(client, f"/v1/runs/{running}/stream"):
+                return await asyncio.to_thread(samples, api)
+
+        during = asyncio.run(with_subscriber())
+        after = samples(api)
+
+    assert after[("lastword_events_ingested_total", (("type", "assistant/chunk"),))] == 2
+    assert after[("lastword_events_ingested_total", (("type", "assistant/message"),))] == 1
+    assert after[("lastword_ingest_batch_seconds_count", ())] == 1
+    assert after[("lastword_turns_ended_total", (("stop_reason", "max_tokens"),))] == 1
+    assert after[("lastword_turns_ended_total", (("stop_reason", "timeout"),))] == 1
+    assert after[("lastword_leases_expired_total", ())] == 1
+    assert after[("lastword_runs", (("status", "ended"),))] == 2
+    assert after[("lastword_runs", (("status", "running"),))] == 2
+    assert during[("lastword_sse_subscribers", ())] == 1
+    assert after[("lastword_sse_subscribers", ())] == 0
+
+
+def test_readyz_checks_the_store(api: httpx.Client) -> None:
+    """/readyz answers ready when the store answers."""
+    assert api.get("/readyz").json() == {"status": "ready"}
