@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -58,7 +59,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 20) -> ServerProcess:
         # The log goes to a file: a pipe nobody drains fills up and blocks the server.
-        self.log_path = self.cwd / f"server-{self.port}.log"
+        self.log_path = Path(tempfile.gettempdir()) / f"lastword-test-server-{self.port}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve"], env=self.env, cwd=self.cwd,
