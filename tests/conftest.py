@@ -6,17 +6,75 @@ uses it through ``base_url``/``api``, so one suite covers SQLite and PostgreSQL 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from psycopg import sql
 
 from app.settings import Settings
 from tests.servers import threaded_server
 
-BACKENDS = ["sqlite"]
+#: The PostgreSQL the ``postgres`` variants use; each test gets a fresh schema in it.
+POSTGRES_URL = os.environ.get("LASTWORD_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+#: ``1`` (CI) turns "PostgreSQL is not reachable" from a skip into a failure.
+REQUIRE_POSTGRES = os.environ.get("LASTWORD_REQUIRE_POSTGRES") == "1"
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@functools.cache
+def postgres_unreachable() -> str | None:
+    """Why the test PostgreSQL cannot be used, or None when it can (asked once per session)."""
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as error:
+        return " ".join(str(error).split()) or type(error).__name__
+    return None
+
+
+def require_postgres() -> None:
+    """Skip (or, with ``LASTWORD_REQUIRE_POSTGRES=1``, fail) when PostgreSQL is not reachable."""
+    reason = postgres_unreachable()
+    if reason is None:
+        return
+    message = (
+        f"PostgreSQL is not reachable at {re.sub(r':[^:@/]*@', ':***@', POSTGRES_URL)} ({reason}); "
+        "to run the PostgreSQL variants, "
+        "start one and set LASTWORD_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/DB "
+        "(a database the tests may create schemas in)"
+    )
+    if REQUIRE_POSTGRES:
+        pytest.fail(message + "; LASTWORD_REQUIRE_POSTGRES=1 makes this a failure", pytrace=False)
+    pytest.skip(message)
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """``url`` whose sessions use ``schema`` (libpq's ``options``)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-csearch_path%3D{schema}"
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema for one test, dropped afterwards; yields a database URL that uses it."""
+    require_postgres()
+    schema = f"lw_test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield with_search_path(POSTGRES_URL, schema)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -25,10 +83,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database_url(backend: str, tmp_path: Path) -> str:
+def database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for this test: a SQLite file, or a PostgreSQL schema."""
     if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'lastword.db'}"
-    raise AssertionError(backend)
+        yield f"sqlite:///{tmp_path / 'lastword.db'}"
+    elif backend == "postgres":
+        with postgres_schema() as url:
+            yield url
+    else:
+        raise AssertionError(backend)
 
 
 @pytest.fixture

@@ -358,7 +358,8 @@ class SqlStore(Store):
         self, tx: Tx, parent_run_id: str | None, status: str | None, agent: str | None,
         limit: int, before_pk: int | None,
     ) -> list[RunRecord]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         for column, value in (("parent_run_id", parent_run_id), ("status", status), ("agent", agent)):
             if value is not None:
                 where.append(f"{column} = ?")

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from app.errors import LastwordError, Unavailable
-from app.store.sql import SqlStore, Tx, run_in
+from app.store.sql import SqlStore, Tx, run_in, upgrade_schema
 
 T = TypeVar("T")
-
-SCHEMA_VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -79,7 +78,30 @@ CREATE TABLE IF NOT EXISTS feed (
 CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id);
 """
 
+#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (sql.upgrade_schema).
+MIGRATIONS = (SCHEMA,)
+
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+#: How long a statement waits for another connection's (or process's) lock.
+BUSY_SECONDS = 10
+
+
+def enable_wal(connection: sqlite3.Connection) -> None:
+    """Switch the file to WAL, waiting for other processes doing the same.
+
+    Switching a new file's journal needs a lock that SQLite does not wait for with the busy
+    handler: processes starting together on a new file got "database is locked" here at once
+    (tests/test_store_contract.py). So this waits by itself, up to ``BUSY_SECONDS``.
+    """
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def sqlite_path(url: str) -> str:
@@ -105,9 +127,9 @@ class SqliteStore(SqlStore):
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000:.0f}")
+            enable_wal(connection)
             connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            connection.execute("PRAGMA busy_timeout=10000")
             self._local.connection = connection
             with self._connections_lock:
                 self._connections.append(connection)
@@ -145,19 +167,9 @@ class SqliteStore(SqlStore):
         await run_in(self._writer_pool, self._create_schema)
 
     def _create_schema(self) -> None:
-        connection = self._connection()
         # BEGIN IMMEDIATE takes the write lock first, so processes starting together on one
-        # file create the schema one after the other.
-        connection.execute("BEGIN IMMEDIATE")
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                connection.execute(statement)
-        connection.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT (key) DO NOTHING",
-            (str(SCHEMA_VERSION),),
-        )
-        connection.execute("COMMIT")
+        # file create or upgrade the schema one after the other (the busy timeout waits).
+        self._transact("BEGIN IMMEDIATE", upgrade_schema, MIGRATIONS)
 
     async def close(self) -> None:
         self._writer_pool.shutdown(wait=True)
