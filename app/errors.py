@@ -8,6 +8,7 @@ exception type. The tree::
     ├── NotFound            404    unknown run or turn
     ├── Conflict            409    idempotency clash, wrong run state
     │   └── RunEnded        409    events for a turn that has ended
+    ├── Gone                410    a run deleted by retention
     ├── PayloadTooLarge     413
     ├── UnsupportedMedia    415
     ├── Unprocessable       422    schema violations, unknown stop reason
@@ -57,6 +58,10 @@ class Conflict(LastwordError):
 
 class RunEnded(Conflict):
     code, title = "run_ended", "The turn has ended"
+
+
+class Gone(LastwordError):
+    status, code, title = 410, "run_deleted", "Gone"
 
 
 class PayloadTooLarge(LastwordError):

@@ -112,13 +112,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await store.close()
                 raise
         await service.sweep_once()
-        sweeper = asyncio.create_task(service.sweep_forever(settings.sweep_interval_seconds))
+        jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
+        if settings.retention_hours > 0:
+            hours = settings.retention_hours
+            jobs.append(asyncio.create_task(service.every(
+                settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention")))
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for job in jobs:
+                job.cancel()
+            for job in jobs:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
             if notifier is not None:
                 await notifier.close()
             await store.close()

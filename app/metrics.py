@@ -33,6 +33,9 @@ class Metrics:
             "lastword_leases_expired", "Turns ended because their lease expired.", registry=self.registry
         )
         self.runs = Gauge("lastword_runs", "Runs by status (counted when scraped).", ["status"], registry=self.registry)
+        self.runs_deleted = Counter(
+            "lastword_runs_deleted", "Ended runs deleted by retention.", registry=self.registry
+        )
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )

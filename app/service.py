@@ -10,7 +10,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lastword")
 
 CHILDREN_PAGE = 500
+RETENTION_BATCH = 200
 
 
 class RunService:
@@ -219,10 +220,24 @@ class RunService:
                 self._after_end(outcome)
         return ended
 
-    async def sweep_forever(self, interval: float) -> None:
+    async def delete_expired_runs(self, retention_hours: float) -> int:
+        """Delete runs that ended more than ``retention_hours`` ago; the count deleted."""
+        now = self.clock()
+        cutoff = now - retention_hours * 3600
+        total = 0
+        while True:
+            deleted = await self.store.delete_ended_runs(cutoff, now, RETENTION_BATCH)
+            total += len(deleted)
+            self.metrics.runs_deleted.inc(len(deleted))
+            if len(deleted) < RETENTION_BATCH:
+                return total
+
+    @staticmethod
+    async def every(interval: float, job: Callable[[], Awaitable[object]], name: str) -> None:
+        """Run ``job`` every ``interval`` seconds until cancelled, surviving its failures."""
         while True:
             try:
-                await self.sweep_once()
-            except Exception:  # the sweep must outlive a passing store failure
-                log.exception("lease sweep failed")
+                await job()
+            except Exception:  # a passing store failure must not end the background job
+                log.exception("%s failed", name)
             await asyncio.sleep(interval)

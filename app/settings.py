@@ -28,6 +28,10 @@ class Settings(BaseSettings):
         600.0, ge=0, le=1e9, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
     )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="How often expired leases are looked for.")
+    retention_hours: float = Field(
+        0.0, ge=0, description="Ended runs older than this are deleted in the background. 0: keep forever."
+    )
+    retention_interval_seconds: float = Field(60.0, gt=0, description="How often retention looks for old runs.")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest single event accepted (as JSON).")
     max_batch_events: int = Field(10_000, gt=0, description="Most events accepted in one JSON batch.")

@@ -117,7 +117,12 @@ CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id)
 """
 
 #: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (sql.upgrade_schema).
-MIGRATIONS = (SCHEMA_V1,)
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at DOUBLE PRECISION NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at)
+"""
+
+MIGRATIONS = (SCHEMA_V1, SCHEMA_V2)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

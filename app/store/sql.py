@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import orjson
 
 from app import lifecycle
-from app.errors import Conflict, LastwordError, NotFound, RunEnded
+from app.errors import Conflict, Gone, LastwordError, NotFound, RunEnded
 from app.fold import TurnFold
 from app.stop_reasons import normalise_stop_reason
 from app.store.base import (
@@ -242,8 +242,18 @@ class SqlStore(Store):
             (run_id,),
         )
         if row is None:
+            self._refuse_deleted(tx, run_id)
             raise NotFound(f"no run with id {run_id!r}", code="run_not_found", runId=run_id)
         return run_from_row(row)
+
+    def _refuse_deleted(self, tx: Tx, run_id: str) -> None:
+        """410 for a run that retention deleted: a reader learns it is gone for good."""
+        row = tx.one("SELECT deleted_at FROM deleted_runs WHERE run_id = ?", (run_id,))
+        if row is not None:
+            raise Gone(
+                f"run {run_id!r} ended and was deleted by retention at {lifecycle.rfc3339(row[0])}",
+                runId=run_id, deletedAt=lifecycle.rfc3339(row[0]),
+            )
 
     def _turn(self, tx: Tx, run_id: str, turn: int) -> TurnRecord:
         row = tx.one(f"SELECT {TURN_COLUMNS} FROM turns WHERE run_id = ? AND turn = ?", (run_id, turn))
@@ -340,6 +350,8 @@ class SqlStore(Store):
                     code="run_exists", runId=spec.run_id,
                 )
             return existing, False, []
+        # A deleted run's id is not given out again: its old readers would mistake the new run.
+        self._refuse_deleted(tx, spec.run_id)
         run = self._run(tx, spec.run_id, lock=False)
         start = self._start_turn(tx, run, 1, 1, now)
         self._after_commit_notice(tx, run.run_id, 1, 1, start.feed_id)
@@ -618,6 +630,29 @@ class SqlStore(Store):
             (now,),
         )
         return [row[0] for row in rows]
+
+    async def delete_ended_runs(self, ended_before: float, now: float, limit: int = 200) -> list[str]:
+        """Delete up to ``limit`` runs that ended before ``ended_before``, with all they hold.
+
+        Each leaves a tombstone, so readers asking for it later get 410 rather than 404.
+        Only ended runs go: no writer or live stream can still be using them.
+        """
+        return await self._write(self._delete_ended_runs, ended_before, now, limit)
+
+    def _delete_ended_runs(self, tx: Tx, ended_before: float, now: float, limit: int) -> list[str]:
+        rows = tx.all(
+            "SELECT run_id FROM runs WHERE status = 'ended' AND updated_at < ? ORDER BY updated_at LIMIT ?",
+            (ended_before, limit),
+        )
+        run_ids = [(row[0],) for row in rows]
+        if run_ids:
+            for table in ("events", "turns", "feed", "runs"):
+                tx.many(f"DELETE FROM {table} WHERE run_id = ?", run_ids)
+            tx.many(
+                "INSERT INTO deleted_runs (run_id, deleted_at) VALUES (?, ?) ON CONFLICT (run_id) DO NOTHING",
+                [(run_id, now) for (run_id,) in run_ids],
+            )
+        return [run_id for (run_id,) in run_ids]
 
     async def count_runs(self) -> dict[str, int]:
         return await self._read(self._count_runs)

@@ -79,7 +79,12 @@ CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id);
 """
 
 #: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (sql.upgrade_schema).
-MIGRATIONS = (SCHEMA,)
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REAL NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
+"""
+
+MIGRATIONS = (SCHEMA, SCHEMA_V2)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.

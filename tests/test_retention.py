@@ -1,0 +1,64 @@
+"""Retention: ended runs past LASTWORD_RETENTION_HOURS are deleted; readers get a clear answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from tests.servers import threaded_server
+
+# 0.0005 hours is 1.8 seconds: old enough to be deleted within the test.
+RETENTION_HOURS = 0.0005
+
+
+def _wait_gone(api: httpx.Client, run: str) -> httpx.Response:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        answer = api.get(f"/v1/runs/{run}")
+        if answer.status_code != 200:
+            return answer
+        time.sleep(0.1)
+    raise AssertionError(f"run {run} was not deleted")
+
+
+def test_ended_runs_are_deleted_and_answer_410(make_settings: Any) -> None:
+    """An ended run past retention is deleted: every read of it answers 410 run_deleted; open runs stay."""
+    settings = make_settings(retention_hours=RETENTION_HOURS, retention_interval_seconds=0.2, lease_seconds=0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url) as api:
+        ended = api.post("/v1/runs", json={"agent": "old"}).json()["runId"]
+        api.post(f"/v1/runs/{ended}/events", json=[{"type": "x-a"}]).raise_for_status()
+        api.post(f"/v1/runs/{ended}/end", json={"stopReason": "completed"}).raise_for_status()
+        open_run = api.post("/v1/runs", json={"agent": "open"}).json()["runId"]
+        idle = api.post("/v1/runs", json={"mode": "continuable"}).json()["runId"]
+        api.post(f"/v1/runs/{idle}/end", json={"stopReason": "completed"}).raise_for_status()
+
+        gone = _wait_gone(api, ended)
+        assert gone.status_code == 410
+        assert gone.headers["content-type"] == "application/problem+json"
+        assert gone.json()["code"] == "run_deleted"
+        for path in ("/result", "/tool-result", "/events", "/stream"):
+            assert api.get(f"/v1/runs/{ended}{path}").status_code == 410, path
+        assert api.post(f"/v1/runs/{ended}/events", json=[{"type": "x-late"}]).status_code == 410
+        assert api.post("/v1/runs", json={"runId": ended}).status_code == 410  # its id is not reused
+        listed = [run["runId"] for run in api.get("/v1/runs").json()["runs"]]
+        assert ended not in listed
+        # Not ended: a running run and an idle continuable run are kept however old.
+        assert api.get(f"/v1/runs/{open_run}").status_code == 200
+        assert api.get(f"/v1/runs/{idle}").status_code == 200
+
+
+def test_firehose_readers_resume_across_deleted_rows(make_settings: Any) -> None:
+    """A firehose reader resuming after an id whose run was deleted gets what came after."""
+    settings = make_settings(retention_hours=RETENTION_HOURS, retention_interval_seconds=0.2)
+    with threaded_server(settings) as url, httpx.Client(base_url=url) as api:
+        old = api.post("/v1/runs", json={}).json()["runId"]
+        api.post(f"/v1/runs/{old}/end", json={"stopReason": "cancelled"}).raise_for_status()
+        _wait_gone(api, old)
+        new = api.post("/v1/runs", json={}).json()["runId"]
+        with api.stream("GET", "/v1/stream", params={"after": 1}, timeout=10) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    assert new in line and old not in line
+                    break
