@@ -1,0 +1,1 @@
+"""lastword's benchmarks (issue 4): ``python -m bench``; see docs/BENCHMARKS.md."""

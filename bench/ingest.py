@@ -1,0 +1,211 @@
+"""(a) Batched ingest: 1,000 small events per request, against what a user would pick instead.
+
+Variants, each given the same events in the same batches, interleaved round by round so that
+a noisy neighbour slows them all alike (every figure is the median of its rounds):
+
+* lastword over HTTP: JSON arrays and NDJSON on SQLite (``normal`` durability), JSON arrays
+  with producer ``eventId``s (the idempotent path), JSON arrays from four concurrent producers,
+  JSON arrays with ``full`` durability, and JSON arrays and NDJSON on PostgreSQL when reachable;
+* Redis Streams with redis-py: one pipelined ``XADD`` per event, one pipeline per batch, the
+  event's JSON as the entry's one field (no validation, no fold, no idempotency);
+* SQLite straight: ``executemany`` into the service's own ``events`` table with the same
+  pragmas, one transaction per batch (no HTTP, no validation, no fold).
+
+lastword's figures include the client's HTTP round trip and the server's JSON parsing,
+validation, fold and commit; each request is answered only once its batch is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import orjson
+
+from bench import http
+from bench.context import Context, Skip
+from bench.report import Result
+from bench.server import Server
+from bench.workload import Event, batches, json_array, mixed_events, ndjson
+
+TITLE = "Batched ingest (1,000 small events per request)"
+BATCH = 1000
+
+
+async def _create_run(conn: http.Connection, run_id: str) -> None:
+    await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
+
+
+Variant = Callable[[int], Awaitable[float]]  # one round over the first N batches: its seconds
+
+
+def _http_variant(server: Server, bodies: Sequence[bytes], content_type: str, producers: int = 1) -> Variant:
+    """One round: post the bodies to fresh runs (``producers`` at once); the seconds taken."""
+
+    async def one_round(count: int) -> float:
+        connections = [await http.connect(server.url) for _ in range(producers)]
+        runs = [f"bench-a-{secrets.token_hex(6)}" for _ in range(producers)]
+        for conn, run_id in zip(connections, runs):
+            await _create_run(conn, run_id)
+        shares = [
+            [http.request_bytes("POST", f"/v1/runs/{run_id}/events", body, content_type)
+             for body in bodies[:count][index::producers]]
+            for index, run_id in enumerate(runs)
+        ]
+
+        async def produce(conn: http.Connection, requests: list[bytes]) -> None:
+            for raw in requests:
+                status, answer = await conn.send(raw)
+                if status != 200:
+                    raise http.HttpError(f"ingest answered {status}: {answer[:300]!r}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(produce(conn, share) for conn, share in zip(connections, shares)))
+        elapsed = time.perf_counter() - started
+        for conn in connections:
+            conn.close()
+        return elapsed
+
+    return one_round
+
+
+def _redis_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Variant:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.ping()
+
+    async def one_round(count: int) -> float:
+        key = f"lastword-bench:{secrets.token_hex(6)}"
+        started = time.perf_counter()
+        for batch in event_batches[:count]:
+            pipe = client.pipeline(transaction=False)
+            for event in batch:
+                pipe.xadd(key, {"event": orjson.dumps(event)})
+            pipe.execute()
+        elapsed = time.perf_counter() - started
+        client.delete(key)
+        return elapsed
+
+    return one_round
+
+
+def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
+    from app.store.sqlite import SCHEMA
+
+    connection = sqlite3.connect(directory / "direct.db", isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.executescript(SCHEMA)
+
+    async def one_round(count: int) -> float:
+        run_id = f"bench-direct-{secrets.token_hex(6)}"
+        seq = 0
+        started = time.perf_counter()
+        for batch in event_batches[:count]:
+            now = time.time()
+            rows = []
+            for event in batch:
+                seq += 1
+                rows.append((run_id, seq, 1, event["type"], event.get("eventId"), orjson.dumps(event).decode(), now))
+            connection.execute("BEGIN")
+            connection.executemany(
+                "INSERT INTO events (run_id, seq, turn, type, event_id, body, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows,
+            )
+            connection.execute("COMMIT")
+        return time.perf_counter() - started
+
+    return one_round
+
+
+async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
+    per_round = ctx.pick(100, 20)  # batches per variant per round
+    rounds = ctx.pick(3, 1)
+    events = mixed_events(BATCH * per_round, seed=1)
+    with_ids = mixed_events(BATCH * per_round, seed=1, event_ids="e")
+    event_batches = batches(events, BATCH)
+    json_bodies = [json_array(batch) for batch in event_batches]
+    ndjson_bodies = [ndjson(batch) for batch in event_batches]
+    id_bodies = [json_array(batch) for batch in batches(with_ids, BATCH)]
+    total = len(events)
+    size = sum(len(body) for body in json_bodies) / total
+    result.note(f"{total:,} events per variant per round, {rounds} round(s), {size:.0f} bytes per event as JSON")
+
+    variants: dict[str, tuple[str, Variant]] = {}
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lastword-bench-a-")))
+        normal = stack.enter_context(Server(durability="normal"))
+        full = stack.enter_context(Server(durability="full"))
+        variants["sqlite_json"] = ("lastword, SQLite, JSON arrays", _http_variant(normal, json_bodies, "application/json"))
+        variants["sqlite_ndjson"] = ("lastword, SQLite, NDJSON", _http_variant(normal, ndjson_bodies, "application/x-ndjson"))
+        variants["sqlite_json_ids"] = (
+            "lastword, SQLite, JSON arrays with eventIds", _http_variant(normal, id_bodies, "application/json"))
+        variants["sqlite_json_4"] = (
+            "lastword, SQLite, JSON arrays, 4 producers", _http_variant(normal, json_bodies, "application/json", 4))
+        variants["sqlite_full_json"] = (
+            "lastword, SQLite durability=full, JSON arrays", _http_variant(full, json_bodies, "application/json"))
+        try:
+            pg_url = stack.enter_context(ctx.postgres_database())
+            postgres = stack.enter_context(Server(database_url=pg_url))
+        except Skip as reason:
+            result.note(f"PostgreSQL skipped: {reason}")
+        except RuntimeError as error:
+            result.note(f"PostgreSQL skipped: the server did not start: {error}")
+        else:
+            variants["postgres_json"] = (
+                "lastword, PostgreSQL, JSON arrays", _http_variant(postgres, json_bodies, "application/json"))
+            variants["postgres_ndjson"] = (
+                "lastword, PostgreSQL, NDJSON", _http_variant(postgres, ndjson_bodies, "application/x-ndjson"))
+        try:
+            variants["redis"] = ("Redis Streams, redis-py pipelined XADD", _redis_variant(redis_url, event_batches))
+        except Exception as error:  # Redis down or redis-py missing: say so, keep the rest
+            result.note(f"Redis skipped: {error}")
+        variants["direct_sqlite"] = ("SQLite executemany, no HTTP", _sqlite_variant(workdir, event_batches))
+
+        # Warm-up: imports, connections, caches and the first pages of each database file.
+        for _, variant in variants.values():
+            await variant(10)
+        times: dict[str, list[float]] = {key: [] for key in variants}
+        for round_number in range(rounds):
+            for key, (_, variant) in variants.items():
+                profiled = round_number == rounds - 1 and key in ("sqlite_json", "sqlite_ndjson")
+                with ctx.profiler.attach(normal, f"a-{key}") if profiled else contextlib.nullcontext():
+                    times[key].append(await variant(per_round))
+
+    rates = {key: total / statistics.median(values) for key, values in times.items()}
+    for key, (label, _) in variants.items():
+        spread = f"rounds: {', '.join(f'{total / t:,.0f}' for t in times[key])}" if rounds > 1 else ""
+        result.add(key, label, rates[key], "events/s", spread)
+    result.series["rates"] = {variants[key][0]: rate for key, rate in rates.items()}
+
+    def ratio(key: str, label: str, top: str, bottom: str) -> None:
+        if top in rates and bottom in rates:
+            result.ratio(key, label, rates[top] / rates[bottom])
+
+    ratio("json_vs_redis", "lastword SQLite JSON / Redis Streams", "sqlite_json", "redis")
+    ratio("ndjson_vs_redis", "lastword SQLite NDJSON / Redis Streams", "sqlite_ndjson", "redis")
+    ratio("json_vs_direct", "lastword SQLite JSON / SQLite executemany", "sqlite_json", "direct_sqlite")
+    ratio("ids_vs_plain", "with eventIds / without", "sqlite_json_ids", "sqlite_json")
+    ratio("four_vs_one", "4 producers / 1 producer", "sqlite_json_4", "sqlite_json")
+    ratio("full_vs_normal", "durability full / normal", "sqlite_full_json", "sqlite_json")
+    ratio("postgres_vs_sqlite", "PostgreSQL JSON / SQLite JSON", "postgres_json", "sqlite_json")
+    ratio("postgres_vs_redis", "PostgreSQL JSON / Redis Streams", "postgres_json", "redis")
+    best = max(rates["sqlite_json"], rates["sqlite_ndjson"])
+    result.target(">= 100,000 events/s (SQLite, best of JSON and NDJSON, 1 producer)", best, 100_000,
+                  "events/s", higher_is_better=True)
+    if "redis" in rates:
+        result.target(">= 1.0x Redis Streams (same)", best / rates["redis"], 1.0, "x", higher_is_better=True)
+
+
+def run(ctx: Context) -> Result:
+    result = Result("a", TITLE)
+    http.run(_measure(ctx, result, "redis://127.0.0.1:6379/0"))
+    return result

@@ -1,0 +1,95 @@
+"""(d) From ``POST …/end`` to each subscriber holding ``subagent/end``: p50 and p99.
+
+N subscribers (1, 100, 1,000) hold ``GET /v1/runs/{id}/stream`` on one continuable run, all
+in this one asyncio process (raw sockets on uvloop: a subscriber only notes the time an
+``event: subagent/end`` line arrives). Each iteration starts a turn, waits until every
+subscriber has seen its ``subagent/start``, pushes a few events, then notes the time and
+posts ``/end``; every subscriber's latency is its arrival time minus that time. Percentiles
+are over all subscribers of all iterations.
+
+The client shares the machine with the server: with 1,000 subscribers, reading a thousand
+sockets is part of what the tail measures (the server's own part is its fan-out and writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+
+from bench import http
+from bench.context import Context
+from bench.report import Result
+from bench.server import Server
+from bench.workload import mixed_events
+
+TITLE = "Latency from POST /end to subscribers receiving subagent/end"
+
+
+async def _measure_one(
+    server: Server, subscribers: int, iterations: int, profile: contextlib.AbstractContextManager[None] | None = None,
+) -> tuple[list[float], list[float]]:
+    conn = await http.connect(server.url)
+    run_id = f"bench-d-{secrets.token_hex(6)}"
+    await conn.post_json("/v1/runs", {"runId": run_id, "mode": "continuable", "leaseSeconds": 0}, expect=201)
+    snapshot, start, end = http.Tally(), http.Tally(), http.Tally()
+    watch = {b"run/snapshot": snapshot, b"subagent/start": start, b"subagent/end": end}
+    snapshot.arm(subscribers)
+    streams = await http.open_subscribers(server.url, [f"/v1/runs/{run_id}/stream"] * subscribers, watch)
+    await snapshot.wait(60)
+    latencies: list[float] = []
+    answers: list[float] = []
+    try:
+        with profile or contextlib.nullcontext():  # the iterations only, not the connections' opening
+            await _iterate(conn, run_id, subscribers, iterations, start, end, latencies, answers)
+    finally:
+        for stream in streams:
+            stream.close()
+        conn.close()
+    return latencies, answers
+
+
+async def _iterate(
+    conn: http.Connection, run_id: str, subscribers: int, iterations: int,
+    start: http.Tally, end: http.Tally, latencies: list[float], answers: list[float],
+) -> None:
+    turn_events = mixed_events(40, seed=4)
+    for iteration in range(iterations):
+        if iteration:
+            start.arm(subscribers)
+            await conn.request("POST", f"/v1/runs/{run_id}/turns", b"", "application/json", expect=201)
+            await start.wait(60)
+        await conn.post_json(f"/v1/runs/{run_id}/events", turn_events, expect=200)
+        await asyncio.sleep(0.02)  # let the chunks' fan-out settle: measure the end alone
+        end.arm(subscribers)
+        sent = time.perf_counter()
+        await conn.post_json(f"/v1/runs/{run_id}/end", {"stopReason": "completed"}, expect=200)
+        answers.append(time.perf_counter() - sent)
+        await end.wait(60)
+        latencies.extend(at - sent for at in end.times)
+
+
+async def _measure(ctx: Context, result: Result) -> None:
+    plan = ctx.pick([(1, 200), (100, 40), (1000, 10)], [(1, 30), (100, 5), (1000, 2)])
+    series = {}
+    with Server() as server:
+        await _measure_one(server, 10, 2)  # warm-up
+        for subscribers, iterations in plan:
+            profile = ctx.profiler.attach(server, f"d-{subscribers}")
+            latencies, answers = await _measure_one(server, subscribers, iterations, profile)
+            p50, p99 = http.percentile(latencies, 0.5) * 1000, http.percentile(latencies, 0.99) * 1000
+            answer = http.percentile(answers, 0.5) * 1000
+            result.add(f"p50_{subscribers}", f"{subscribers:,} subscriber(s): p50", p50, "ms",
+                       f"{len(latencies):,} samples; POST /end answered in {answer:.1f} ms (p50)")
+            result.add(f"p99_{subscribers}", f"{subscribers:,} subscriber(s): p99", p99, "ms")
+            series[subscribers] = {"p50": p50, "p99": p99}
+            if subscribers == 100:
+                result.target("p99 <= 10 ms at 100 subscribers", p99, 10.0, "ms", higher_is_better=False)
+    result.series["latency"] = series
+
+
+def run(ctx: Context) -> Result:
+    result = Result("d", TITLE)
+    http.run(_measure(ctx, result))
+    return result

@@ -1,0 +1,209 @@
+"""Real lastword servers for the benchmarks: ``python -m app.cli serve`` on loopback.
+
+Each server is its own process (uvicorn, one worker, as the README runs it) with a temporary
+SQLite file, or the PostgreSQL URL it is given. Its resident memory is read from
+``/proc/PID/status``, and a profiler (py-spy) can be attached to it for the timed part of a
+scenario.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (``VmRSS``), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class Server:
+    """One ``lastword serve`` process; ``start()`` returns once ``/readyz`` answers 200."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str | None = None,
+        durability: str = "normal",
+        env: dict[str, str] | None = None,
+        workdir: Path | None = None,
+        launcher: list[str] | None = None,
+    ) -> None:
+        self._own_dir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="lastword-bench-"))
+        self.database_url = database_url or f"sqlite:///{self.workdir / 'bench.db'}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "LASTWORD_DATABASE_URL": self.database_url,
+            "LASTWORD_DURABILITY": durability,
+            "LASTWORD_HOST": "127.0.0.1",
+            "LASTWORD_PORT": str(self.port),
+            # Access logs would be a cost the service does not have in production behind a proxy.
+            "LASTWORD_LOG_LEVEL": "warning",
+            **(env or {}),
+        }
+        self.launcher = launcher or []  # e.g. py-spy record … -- (the server runs under it)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ready_seconds = 0.0
+        self._log = self.workdir / f"server-{self.port}.log"
+
+    @property
+    def pid(self) -> int:
+        """The server's own pid (not the launcher's)."""
+        assert self.process is not None
+        if not self.launcher:
+            return self.process.pid
+        import psutil
+
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            if "app.cli" in child.cmdline():
+                return int(child.pid)
+        raise RuntimeError("the server process is not running under its launcher")
+
+    def start(self, timeout: float = 120.0) -> Server:
+        """Start the process and wait for ``/readyz``; ``ready_seconds`` is how long that took."""
+        self.started_at = time.perf_counter()
+        with open(self._log, "ab") as log:
+            self.process = subprocess.Popen(
+                [*self.launcher, sys.executable, "-m", "app.cli", "serve"],
+                env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+            )
+        deadline = self.started_at + timeout
+        with httpx.Client(timeout=2.0) as client:
+            while time.perf_counter() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the server exited ({self.process.returncode}): {self.log_tail()}")
+                try:
+                    if client.get(self.url + "/readyz").status_code == 200:
+                        self.ready_seconds = time.perf_counter() - self.started_at
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.005)
+        self.stop()
+        raise RuntimeError(f"the server was not ready within {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-chars:].strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def kill(self) -> None:
+        """``kill -9``: nothing of the shutdown runs."""
+        if self.process is not None and self.process.poll() is None:
+            if self.launcher:
+                with contextlib.suppress(RuntimeError, OSError):
+                    os.kill(self.pid, signal.SIGKILL)
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            if self.launcher:
+                # Stop the server itself; the launcher (a profiler) then writes what it saw and exits.
+                with contextlib.suppress(RuntimeError, OSError):
+                    os.kill(self.pid, signal.SIGTERM)
+            else:
+                self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Server:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class Profiler:
+    """py-spy attached to a server for a stretch of a scenario (``--profile``).
+
+    Writes collapsed stacks (``--format raw``) to ``bench/results/profiles/NAME.txt``;
+    :mod:`bench.profiles` summarises them.
+    """
+
+    def __init__(self, directory: Path | None, extra: tuple[str, ...] = ()) -> None:
+        self.directory = directory
+        self.extra = extra  # more py-spy options, e.g. ("--gil",) or ("--idle",)
+
+    def launcher(self, name: str) -> list[str] | None:
+        """A command prefix that runs a server under py-spy from its first instruction (for start-up)."""
+        spy = self._spy()
+        if self.directory is None or spy is None:
+            return None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return [spy, "record", "--format", "raw", "--rate", "250", "--threads", *self.extra,
+                "-o", str(self.directory / f"{name}.txt"), "--"]
+
+    def _spy(self) -> str | None:
+        return shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+
+    @contextlib.contextmanager
+    def attach(self, server: Server, name: str) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        spy = self._spy()
+        if spy is None:
+            print(f"  (profile {name}: py-spy is not installed; pip install -e '.[bench]')")
+            yield
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        output = self.directory / f"{name}.txt"
+        process = subprocess.Popen(
+            [spy, "record", "--pid", str(server.pid), "--format", "raw", "--rate", "250",
+             "--threads", *self.extra, "-o", str(output)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.3)  # let it attach before the timed part starts
+        try:
+            yield
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            shown = output.relative_to(ROOT) if output.is_relative_to(ROOT) else output
+            print(f"  profile written: {shown}")
