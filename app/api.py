@@ -6,13 +6,20 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
 from app.events import EVENT_JSON_SCHEMA
-from app.ingest import ingest_json, ingest_ndjson, ingest_text, media_type, read_model, text_delta
+from app.ingest import (
+    ingest_json,
+    ingest_ndjson,
+    ingest_text,
+    media_type,
+    read_model,
+    storable_json,
+    text_delta,
+)
 from app.schemas import (
     AppendResult,
     ChunkText,
@@ -122,7 +129,7 @@ async def list_runs(
     return body
 
 
-@router.get("/runs/{runId}", response_model=Run, response_model_exclude_unset=True, responses=problems(404))
+@router.get("/runs/{runId}", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410))
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """The run with its current turn and status."""
     return run_view(await service_of(request).store.get_run(runId))
@@ -140,14 +147,16 @@ def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[
                 f"the batch holds {len(events)} events; the limit is {settings.max_batch_events}",
                 code="batch_too_large", limit=settings.max_batch_events,
             )
+        encoded = []
         for index, event in enumerate(events):
-            size = len(orjson.dumps(event))
-            if size > settings.max_event_bytes:
+            body = storable_json(event, index)
+            if len(body) > settings.max_event_bytes:
                 raise PayloadTooLarge(
-                    f"event {index} is {size} bytes as JSON; the limit is {settings.max_event_bytes}",
+                    f"event {index} is {len(body)} bytes as JSON; the limit is {settings.max_event_bytes}",
                     code="event_too_large", index=index, limit=settings.max_event_bytes,
                 )
-        return await service.append(run_id, events)
+            encoded.append(body.decode())
+        return await service.append(run_id, events, encoded)
 
     return append
 
@@ -158,7 +167,8 @@ EVENTS_BODY = {
         "content": {
             "application/json": {
                 "schema": {"oneOf": [{"$ref": "#/components/schemas/IngestEvent"},
-                                     {"type": "array", "items": {"$ref": "#/components/schemas/IngestEvent"}}]}
+                                     {"type": "array", "minItems": 1,
+                                      "items": {"$ref": "#/components/schemas/IngestEvent"}}]}
             },
             "application/x-ndjson": {"schema": {"type": "string", "description": "One event per line."}},
         },
@@ -170,7 +180,7 @@ EVENTS_BODY = {
     "/runs/{runId}/events",
     response_model=AppendResult,
     response_model_exclude_unset=True,
-    responses=problems(400, 404, 409, 413, 415, 422),
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
     openapi_extra=EVENTS_BODY,
 )
 async def append_events(request: Request, runId: str) -> dict[str, Any]:
@@ -200,7 +210,7 @@ CHUNKS_BODY = {
     "/runs/{runId}/chunks",
     response_model=AppendResult,
     response_model_exclude_unset=True,
-    responses=problems(400, 404, 409, 413, 415, 422),
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
     openapi_extra=CHUNKS_BODY,
 )
 async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
@@ -225,7 +235,7 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
     "/runs/{runId}/end",
     response_model=SubagentResult,
     response_model_exclude_unset=True,
-    responses=problems(400, 404, 409, 413, 415, 422),
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
     openapi_extra=json_body(EndRequest.model_json_schema()),
 )
 async def end_turn(request: Request, runId: str) -> dict[str, Any]:
@@ -235,19 +245,19 @@ async def end_turn(request: Request, runId: str) -> dict[str, Any]:
     return result_view(outcome.turn)
 
 
-@router.post("/runs/{runId}/turns", status_code=201, response_model=Run, response_model_exclude_unset=True, responses=problems(404, 409))
+@router.post("/runs/{runId}/turns", status_code=201, response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410, 409))
 async def next_turn(request: Request, runId: str) -> dict[str, Any]:
     """Start the next turn of an idle continuable run."""
     return run_view(await service_of(request).next_turn(runId))
 
 
-@router.post("/runs/{runId}/close", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 409))
+@router.post("/runs/{runId}/close", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410, 409))
 async def close_run(request: Request, runId: str) -> dict[str, Any]:
     """Close a continuable run for good (an open turn ends as ``cancelled``)."""
     return run_view(await service_of(request).close(runId))
 
 
-@router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 422))
+@router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
 async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> dict[str, Any]:
     """The turn's ``SubagentResult``; ``?wait=S`` blocks up to S seconds for it to end."""
     wait = min(wait, settings_of(request).max_wait_seconds)
@@ -260,7 +270,7 @@ async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait:
     response_model=ToolResult,
     response_model_exclude_unset=True,
     responses={202: {"description": "The turn is still running; try again after Retry-After."},
-               **problems(404, 422)},
+               **problems(404, 410, 422)},
 )
 async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
     """The parent model's tool result (MCP ``CallToolResult``); 202 while the turn runs."""
@@ -275,7 +285,7 @@ async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, 
     return tool_result(record.stop_reason, record.output, record.error)
 
 
-@router.get("/runs/{runId}/events", response_model=EventPage, response_model_exclude_unset=True, responses=problems(404, 422))
+@router.get("/runs/{runId}/events", response_model=EventPage, response_model_exclude_unset=True, responses=problems(404, 410, 422))
 async def get_events(
     request: Request,
     runId: str,

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
-    NonNegativeInt,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from app.errors import Unprocessable
-from app.stop_reasons import ACCEPTED_INPUTS, normalise_stop_reason
+from app.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
 
 MAX_EVENT_ID_LENGTH = 200
 
@@ -35,13 +35,22 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+def _whole_number(value: Any) -> Any:
+    """``2.0`` is the JSON number 2 (a JSON Schema ``integer``); only the check sees it as ``2``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: Token counts above 2**53 - 1 are not exact in JSON readers (JavaScript) and are no real count.
+TokenCount = Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_whole_number)]
+
+
 class Usage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
-    inputTokens: NonNegativeInt
-    outputTokens: NonNegativeInt
-    cacheReadTokens: NonNegativeInt | None = None
-    cacheWriteTokens: NonNegativeInt | None = None
+    inputTokens: TokenCount
+    outputTokens: TokenCount
+    cacheReadTokens: TokenCount | None = None
+    cacheWriteTokens: TokenCount | None = None
 
 
 class TextBlock(_Open):
@@ -127,7 +136,7 @@ def _check_rfc3339(value: str | None) -> str | None:
 
 class _EventBase(_Open):
     eventId: Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_LENGTH)] | None = None
-    ts: str | None = None
+    ts: Annotated[str, Field(json_schema_extra={"format": "date-time"})] | None = None
 
     _ts = field_validator("ts")(_check_rfc3339)
 
@@ -189,7 +198,9 @@ class StepEvent(_EventBase):
 
 class TurnEnd(_EventBase):
     type: Literal["turn/end"]
-    stopReason: Annotated[str, Field(json_schema_extra={"examples": list(ACCEPTED_INPUTS)})]
+    stopReason: Annotated[
+        str, Field(json_schema_extra={"pattern": ACCEPTED_PATTERN, "examples": list(ACCEPTED_INPUTS)})
+    ]
     error: Any = None
     usage: Usage | None = None
 
@@ -283,15 +294,41 @@ def _problems(error: ValidationError, index_offset: int, batched: bool) -> list[
     return found
 
 
+def is_plain_text_delta(event: Any) -> bool:
+    """Whether ``event`` is a text chunk with nothing to check beyond its shape.
+
+    Most of a streamed session is text deltas, and running each through pydantic costs more
+    than storing it. This accepts only a subset of what :data:`IngestEvent` accepts (a
+    property test holds it to that); everything else goes through pydantic.
+    """
+    if type(event) is not dict or event.get("type") != "assistant/chunk":
+        return False
+    delta = event.get("delta")
+    if type(delta) is not dict or delta.get("type") != "text" or type(delta.get("text")) is not str:
+        return False
+    for key, value in event.items():
+        if key == "eventId":
+            if value is not None and not (type(value) is str and 0 < len(value) <= MAX_EVENT_ID_LENGTH):
+                return False
+        elif key not in ("type", "delta"):
+            return False  # ``ts`` and extra fields get the full check
+    return True
+
+
 def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
     """Check a batch of parsed events; raise 422 naming the first bad event's index and field.
 
     ``index_offset`` is the position of ``events[0]`` in the request (NDJSON lines).
     """
+    positions = [index for index, event in enumerate(events) if not is_plain_text_delta(event)]
+    if not positions:
+        return
     try:
-        _EVENTS.validate_python(events)
+        _EVENTS.validate_python([events[index] for index in positions])
     except ValidationError as error:
-        problems = _problems(error, index_offset, batched=True)
+        problems = _problems(error, 0, batched=True)
+        for problem in problems:  # from the position among the checked events to the request's
+            problem["index"] = positions[problem["index"]] + index_offset
         # The deepest location of the first bad event says most (a union reports each branch).
         first = min(problems, key=lambda p: (p["index"], -p["field"].count(".") - p["field"].count("[")))
         raise Unprocessable(

@@ -51,7 +51,8 @@ class Subscription:
         if self.ended_by is not None or (self.behind and self.queue.empty()):
             return None
         try:
-            event = await asyncio.wait_for(self.queue.get(), timeout)
+            async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
+                event = await self.queue.get()
         except TimeoutError:
             return None
         return None if event is _RESYNC else event

@@ -57,6 +57,32 @@ def parse_json(raw: bytes) -> Any:
         raise BadRequest(f"the body is not valid JSON: {error}", code="malformed_json") from None
 
 
+#: Levels of nesting kept free for the envelopes that stored values are served in (a stream's
+#: ``run/snapshot`` holds a run's metadata and a turn's error one level deeper than sent).
+NESTING_HEADROOM = 4
+MAX_NESTING = 254 - NESTING_HEADROOM
+
+
+def storable_json(value: Any, index: int | None = None) -> bytes:
+    """``value`` as it will be stored (JSON); 400 if it nests too deeply to be served back.
+
+    orjson reads up to 1024 levels of nesting but writes at most 254, so a value between the
+    two would parse and then fail every answer that holds it: it is refused as input instead.
+    One encoding serves both the check and the store.
+    """
+    wrapped = value
+    for _ in range(NESTING_HEADROOM):
+        wrapped = [wrapped]
+    try:
+        return orjson.dumps(wrapped)[NESTING_HEADROOM:-NESTING_HEADROOM]
+    except orjson.JSONEncodeError:
+        where = "the body" if index is None else f"event {index}"
+        extra = {} if index is None else {"index": index}
+        raise BadRequest(
+            f"{where} nests JSON deeper than {MAX_NESTING} levels", code="too_deeply_nested", **extra
+        ) from None
+
+
 def require_json(request: Request) -> None:
     if media_type(request) not in ("application/json", ""):
         raise UnsupportedMedia(
@@ -71,6 +97,7 @@ async def read_model(request: Request, model: type[M], limit: int, *, optional: 
     if not raw.strip() and optional:
         return model.model_validate({})
     data = parse_json(raw)
+    storable_json(data)
     try:
         return model.model_validate(data)
     except ValidationError as error:

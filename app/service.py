@@ -109,9 +109,11 @@ class RunService:
             self.metrics.runs_created.inc()
         return run, created
 
-    async def append(self, run_id: str, events: Sequence[dict[str, Any]]) -> AppendOutcome:
+    async def append(
+        self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
+    ) -> AppendOutcome:
         started = time.perf_counter()
-        outcome = await self.store.append(run_id, events, self.clock())
+        outcome = await self.store.append(run_id, events, self.clock(), encoded)
         self.metrics.observe_ingest(events, outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:

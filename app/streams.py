@@ -42,6 +42,7 @@ SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
     400: {"model": Problem, "description": "A bad resume id."},
     404: {"model": Problem, "description": "Unknown run."},
+    410: {"model": Problem, "description": "The run was deleted by retention."},
 }
 
 
@@ -68,8 +69,15 @@ def _check_sent(resume: int, last_id: int) -> None:
         )
 
 
-def _message(event: StoredEvent, message_id: int) -> ServerSentEvent:
-    return ServerSentEvent(data=orjson.dumps(event.body).decode(), event=event.type, id=str(message_id))
+def _message(event: StoredEvent, message_id: int) -> bytes:
+    """The event as SSE bytes, encoded once however many subscribers it goes to."""
+    if event.encoded is None:
+        event.encoded = {}
+    encoded = event.encoded.get(message_id)
+    if encoded is None:
+        data = orjson.dumps(event.body).decode()
+        encoded = event.encoded[message_id] = ServerSentEvent(data=data, event=event.type, id=str(message_id)).encode()
+    return encoded
 
 
 def _reconnect(reason: str, last: int) -> ServerSentEvent:
@@ -120,7 +128,7 @@ def _releaser(service: RunService, run_id: str | None, subscription: Subscriptio
 class _SubscribedResponse(EventSourceResponse):
     """An SSE response that releases its hub subscription however the response ends."""
 
-    def __init__(self, messages: AsyncIterator[ServerSentEvent], release: Callable[[], None], **kwargs: Any) -> None:
+    def __init__(self, messages: AsyncIterator[ServerSentEvent | bytes], release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(messages, **kwargs)
         self._release = release
 
@@ -132,7 +140,7 @@ class _SubscribedResponse(EventSourceResponse):
 
 
 def _response(
-    request: Request, messages: AsyncIterator[ServerSentEvent], release: Callable[[], None]
+    request: Request, messages: AsyncIterator[ServerSentEvent | bytes], release: Callable[[], None]
 ) -> EventSourceResponse:
     settings = request.app.state.settings
     return _SubscribedResponse(
@@ -190,7 +198,7 @@ async def _run_messages(
     last: int,
     types: frozenset[str],
     deadline: float,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[ServerSentEvent | bytes]:
     if snapshot is not None:
         yield snapshot
         if run.status == "ended":
@@ -253,7 +261,7 @@ async def firehose(
 
 async def _feed_messages(
     service: RunService, subscription: Subscription, parent_run_id: str | None, last: int, deadline: float
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[ServerSentEvent | bytes]:
     while True:
         subscription.caught_up()
         while True:

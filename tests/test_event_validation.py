@@ -10,6 +10,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.errors import Unprocessable
 from app.events import validate_events
@@ -168,7 +170,7 @@ BAD_EVENTS: dict[str, tuple[Any, str]] = {
     "signature-a-number": (message_with({"type": "reasoning", "text": "", "signature": 1}), "message.content[0].signature"),
     "tokens-a-string": (message_with(usage={"inputTokens": "10", "outputTokens": 1}), "message.usage.inputTokens"),
     "tokens-a-bool": (message_with(usage={"inputTokens": 1, "outputTokens": True}), "message.usage.outputTokens"),
-    "tokens-a-float": (message_with(usage={"inputTokens": 1.0, "outputTokens": 1}), "message.usage.inputTokens"),
+    "tokens-a-fraction": (message_with(usage={"inputTokens": 1.5, "outputTokens": 1}), "message.usage.inputTokens"),
     "usage-a-list": (message_with(usage=[1, 2]), "message.usage"),
     "is-error-a-string": ({"type": "tool/result", "toolCallId": "c", "content": "x", "isError": "yes"}, "isError"),
     "tool-result-content-a-number": ({"type": "tool/result", "toolCallId": "c", "content": 5}, "content"),
@@ -240,3 +242,28 @@ def test_refusal_lists_the_problems() -> None:
     first = problem["errors"][0]
     assert (first["index"], first["field"]) == (1, "stopReason")
     assert "done" in first["message"]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+_near_text_deltas = st.fixed_dictionaries(
+    {"type": st.sampled_from(["assistant/chunk", "assistant/message", "x-chunk"]),
+     "delta": st.one_of(_json_values, st.fixed_dictionaries(
+         {"type": st.sampled_from(["text", "reasoning", "tool_call"]), "text": _json_values},
+         optional={"extra": _json_values}))},
+    optional={"eventId": st.one_of(st.none(), st.integers(), st.text(max_size=205)),
+              "ts": st.sampled_from(["2026-01-01T00:00:00Z", "yesterday"]), "other": _json_values},
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_near_text_deltas)
+def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict) -> None:
+    """The text-delta shortcut never lets through an event that the full check would refuse."""
+    from app.events import _EVENT, is_plain_text_delta
+
+    if is_plain_text_delta(event):
+        _EVENT.validate_python(event)

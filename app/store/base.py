@@ -72,6 +72,9 @@ class StoredEvent:
     event_id: str | None = None
     parent_run_id: str | None = None
     feed_id: int | None = None  # set on lifecycle events: their place in the firehose
+    #: The SSE bytes of this event by message id, filled by the first subscriber that sends it
+    #: (the hub hands one object to every subscriber, so the rest reuse them).
+    encoded: dict[int, bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -126,9 +129,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def append(
-        self, run_id: str, events: Sequence[dict[str, Any]], now: float
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
     ) -> AppendOutcome:
-        """Append validated events to the run's open turn, all or nothing."""
+        """Append validated events to the run's open turn, all or nothing.
+
+        ``encoded`` holds each event's JSON when the caller has it already (saves encoding twice).
+        """
 
     @abc.abstractmethod
     async def end_turn(

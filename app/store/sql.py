@@ -19,7 +19,7 @@ import abc
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -131,6 +131,11 @@ class Tx:
         self.cursor.execute(self._convert(sql), params)
         return list(self.cursor.fetchall())
 
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
+        """The rows one at a time, for results too long to hold as one list."""
+        self.cursor.execute(self._convert(sql), params)
+        return iter(self.cursor)
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         self.cursor.execute(self._convert(sql), params)
         return self.cursor.fetchone()
@@ -179,6 +184,9 @@ class SqlStore(Store):
     def _id_params(self, ids: list[str]) -> list[Any]:
         return ids
 
+    #: The events table as the eventId lookup names it (SQLite forces its index there).
+    events_by_id = "events"
+
     def _lock_clause(self) -> str:
         return ""
 
@@ -224,7 +232,7 @@ class SqlStore(Store):
             row = tx.one("SELECT start_seq FROM turns WHERE run_id = ? AND turn = ?", (run.run_id, run.turn))
             fold = slot.fold = TurnFold(last_seq=row[0])
         if fold.last_seq < upto:
-            rows = tx.all(
+            rows = tx.rows(
                 "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
                 "AND turn = ? AND type IN (?, ?, ?) ORDER BY seq",
                 (run.run_id, fold.last_seq, upto, run.turn, *FOLD_EVENT_TYPES),
@@ -385,10 +393,14 @@ class SqlStore(Store):
         rows = tx.all(sql + " ORDER BY pk DESC LIMIT ?", (*params, limit))
         return [run_from_row(row) for row in rows]
 
-    async def append(self, run_id: str, events: Sequence[dict[str, Any]], now: float) -> AppendOutcome:
-        return await self._write(self._append, run_id, events, now)
+    async def append(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
+    ) -> AppendOutcome:
+        return await self._write(self._append, run_id, events, now, encoded)
 
-    def _append(self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float) -> AppendOutcome:
+    def _append(
+        self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
+    ) -> AppendOutcome:
         run = self._run(tx, run_id, lock=True)
         fresh, duplicates = self._without_duplicates(tx, run_id, events)
         if not fresh:
@@ -412,7 +424,8 @@ class SqlStore(Store):
                 )
             seq += 1
             kind = event["type"]
-            rows.append((run_id, seq, run.turn, kind, event.get("eventId"), dumps(event), now))
+            body = encoded[index] if encoded is not None else dumps(event)
+            rows.append((run_id, seq, run.turn, kind, event.get("eventId"), body, now))
             fold.push(event, seq)
             if kind == "assistant/chunk":
                 live.append(StoredEvent(run_id, seq, run.turn, kind, event, now, event.get("eventId")))
@@ -450,7 +463,7 @@ class SqlStore(Store):
         if ids:
             unique = list(dict.fromkeys(ids))
             rows = tx.all(
-                f"SELECT event_id, body FROM events WHERE run_id = ? AND {self._match_ids(len(unique))}",
+                f"SELECT event_id, body FROM {self.events_by_id} WHERE run_id = ? AND {self._match_ids(len(unique))}",
                 (run_id, *self._id_params(unique)),
             )
             known = {event_id: loads(body) for event_id, body in rows}
