@@ -13,25 +13,39 @@ re-reads the log after the last id it sent, so memory stays bounded and nothing 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 
 from app.lifecycle import RUN_CLOSED, SUBAGENT_END
 from app.store.base import StoredEvent
 
 
-#: Put in a subscriber's queue to send it back to the log (see :meth:`Hub.resync`).
-_RESYNC = StoredEvent(run_id="", seq=0, turn=0, type="", body={}, received_at=0.0)
+#: What :meth:`Subscription.next` gives when nothing came in time: time for a keep-alive.
+IDLE = StoredEvent(run_id="", seq=0, turn=0, type="idle", body={}, received_at=0.0)
 
 
 class Subscription:
+    """One subscriber's bounded buffer of live events.
+
+    A deque and one future, not an ``asyncio.Queue``: an idle subscriber is mostly this object,
+    and thousands of them sit open at once.
+    """
+
+    __slots__ = ("_items", "_buffer", "_waiter", "types", "parent_run_id", "behind", "ended_by")
+
     def __init__(self, buffer: int, types: frozenset[str] | None, parent_run_id: str | None = None) -> None:
-        self.queue: asyncio.Queue[StoredEvent] = asyncio.Queue(maxsize=buffer)
+        self._items: deque[StoredEvent] = deque()
+        self._buffer = buffer
+        self._waiter: asyncio.Future[None] | None = None
         self.types = types
         self.parent_run_id = parent_run_id
         self.behind = False
         #: Why the service asks this subscriber to go away (``"shutdown"``), or None.
         self.ended_by: str | None = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def offer(self, event: StoredEvent) -> None:
         if self.types is not None and event.type not in self.types:
@@ -41,29 +55,34 @@ class Subscription:
             # behind the gap, it would be sent before the dropped one, whose id would then
             # look already sent.
             return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
+        if len(self._items) >= self._buffer:
             self.behind = True
+            self._wake()
+            return
+        self._items.append(event)
+        self._wake()
 
     async def next(self, timeout: float | None = None) -> StoredEvent | None:
-        """The next live event, or ``None`` when the subscriber fell behind, timed out or was ended."""
-        if self.ended_by is not None or (self.behind and self.queue.empty()):
-            return None
-        try:
-            async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                event = await self.queue.get()
-        except TimeoutError:
-            return None
-        return None if event is _RESYNC else event
+        """The next live event; :data:`IDLE` when none came within ``timeout``; ``None`` when
+        the subscriber fell behind (back to the log) or was ended."""
+        if not self._items and self.ended_by is None and not self.behind:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
+                    await self._waiter
+            except TimeoutError:
+                return IDLE
+            finally:
+                self._waiter = None
+        if self.ended_by is not None or not self._items:
+            return None  # ended, or behind with nothing left to send: back to the log
+        return self._items.popleft()
 
     def resync(self) -> None:
         """Send the subscriber back to the log: live events may have been lost."""
         self.behind = True
-        try:
-            self.queue.put_nowait(_RESYNC)  # wakes a waiting next()
-        except asyncio.QueueFull:
-            pass  # it will find the queue's end and see ``behind`` soon enough
+        self._items.clear()  # the log holds them all, in order
+        self._wake()
 
     def caught_up(self) -> None:
         self.behind = False
@@ -71,10 +90,7 @@ class Subscription:
     def end(self, reason: str) -> None:
         """Ask the subscriber to tell its client to reconnect, and to stop."""
         self.ended_by = reason
-        try:
-            self.queue.put_nowait(_RESYNC)  # wakes a waiting next()
-        except asyncio.QueueFull:
-            pass  # not waiting: it checks ``ended_by`` before it waits again
+        self._wake()
 
 
 class Hub:

@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api import MAX_INT64
 from app.errors import BadRequest
-from app.hub import Subscription
+from app.hub import IDLE, Subscription
 from app.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
 from app.schemas import Problem
 from app.service import RunService
@@ -101,17 +101,30 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
     return event.type == RUN_CLOSED or (event.type == SUBAGENT_END and run.mode == "oneshot")
 
 
-class KeepAlive(ServerSentEvent):
-    """The keep-alive: one comment line, without the blank line that would end an event.
+#: The keep-alive: one comment line, without the blank line that would end an event.
+#:
+#: A comment followed by a blank line is a valid no-op by the SSE specification, but some
+#: clients (httpx-sse 0.4 among them) dispatch an empty ``message`` event on that blank line,
+#: repeating the last id: a reader would see a phantom event after every keep-alive. A lone
+#: comment line is skipped by every parser, and the next event's lines follow it as usual.
+#: The streams send it themselves while they wait (sse-starlette's ping would cost every
+#: connection a task of its own, most of the memory an idle subscriber holds).
+KEEPALIVE = b": ping\r\n"
 
-    A comment followed by a blank line is a valid no-op by the SSE specification, but some
-    clients (httpx-sse 0.4 among them) dispatch an empty ``message`` event on that blank line,
-    repeating the last id: a reader would see a phantom event after every keep-alive. A lone
-    comment line is skipped by every parser, and the next event's lines follow it as usual.
-    """
 
-    def encode(self) -> bytes:
-        return b": ping\r\n"
+async def _live(
+    subscription: Subscription, deadline: float, keepalive: float
+) -> AsyncIterator[StoredEvent | bytes]:
+    """Live events as they come, keep-alives while none do; ends when the subscriber fell
+    behind (its caller goes back to the log), was ended, or its lifetime is over."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        event = await subscription.next(min(keepalive, left))
+        if event is None:
+            return
+        yield KEEPALIVE if event is IDLE else event
 
 
 def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
@@ -146,8 +159,7 @@ def _response(
     return _SubscribedResponse(
         messages,
         release,
-        ping=settings.keepalive_seconds,
-        ping_message_factory=KeepAlive,
+        ping=0,  # the streams send their own keep-alives (KEEPALIVE)
         # A client that stops reading is cut off once a send has waited this long; it
         # resumes with Last-Event-ID. Its hub buffer is bounded meanwhile.
         send_timeout=settings.sse_send_timeout_seconds,
@@ -186,7 +198,8 @@ async def run_stream(
         raise
     start = run.last_seq if resume is None else resume
     deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
-    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types), deadline)
+    keepalive = request.app.state.settings.keepalive_seconds
+    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types), deadline, keepalive)
     return _response(request, messages, release)
 
 
@@ -198,6 +211,7 @@ async def _run_messages(
     last: int,
     types: frozenset[str],
     deadline: float,
+    keepalive: float,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
     if snapshot is not None:
         yield snapshot
@@ -220,10 +234,10 @@ async def _run_messages(
         if run.status == "ended" and last >= run.last_seq:
             return
         # Live, until the buffer overflows and the log takes over again.
-        while True:
-            event = await subscription.next(deadline - time.monotonic())
-            if event is None:
-                break
+        async for event in _live(subscription, deadline, keepalive):
+            if isinstance(event, bytes):
+                yield event
+                continue
             if event.seq <= last:
                 continue
             yield _message(event, event.seq)
@@ -256,11 +270,18 @@ async def firehose(
         release()
         raise
     deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
-    return _response(request, _feed_messages(service, subscription, parentRunId, start, deadline), release)
+    keepalive = request.app.state.settings.keepalive_seconds
+    messages = _feed_messages(service, subscription, parentRunId, start, deadline, keepalive)
+    return _response(request, messages, release)
 
 
 async def _feed_messages(
-    service: RunService, subscription: Subscription, parent_run_id: str | None, last: int, deadline: float
+    service: RunService,
+    subscription: Subscription,
+    parent_run_id: str | None,
+    last: int,
+    deadline: float,
+    keepalive: float,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
     while True:
         subscription.caught_up()
@@ -272,10 +293,10 @@ async def _feed_messages(
                 last = event.feed_id
             if len(events) < PAGE:
                 break
-        while True:
-            event = await subscription.next(deadline - time.monotonic())
-            if event is None:
-                break
+        async for event in _live(subscription, deadline, keepalive):
+            if isinstance(event, bytes):
+                yield event
+                continue
             assert event.feed_id is not None
             if event.feed_id <= last:
                 continue
