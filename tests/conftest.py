@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from psycopg import sql
 
 from app.settings import Settings
+from tests.sse import WAIT_SECONDS
 from tests.servers import threaded_server
 
 #: The PostgreSQL the ``postgres`` variants use; each test gets a fresh schema in it.
@@ -115,4 +116,16 @@ def base_url(make_settings: Any) -> Iterator[str]:
 @pytest.fixture
 def api(base_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=base_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An async HTTP client on this test's server (for the SSE tests)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=WAIT_SECONDS) as client:
         yield client

@@ -12,30 +12,18 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.sse import WAIT_SECONDS, open_stream, payload
+from tests.sse import open_stream, payload
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[1]
 PARTIAL = "Found three call sites of parse_config; two pass a path, one passes a dict."
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=WAIT_SECONDS) as client:
-        yield client
 
 
 def play(scenario: str, url: str, run_id: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,6 @@ with a deadline (``tests.sse``), so a stream that stops sending fails instead of
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,17 +18,6 @@ from tests.sse import WAIT_SECONDS, ids, open_stream, payload, strictly_increasi
 pytestmark = pytest.mark.anyio
 
 LIFECYCLE = {"subagent/start", "subagent/end", "run/closed"}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=WAIT_SECONDS) as client:
-        yield client
 
 
 def text_chunk(text: str) -> dict[str, Any]:

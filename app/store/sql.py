@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import orjson
 
 from app import lifecycle
-from app.errors import Conflict, Gone, LastwordError, NotFound, RunEnded
+from app.errors import Conflict, Gone, NotFound, RunEnded
 from app.fold import TurnFold
 from app.stop_reasons import normalise_stop_reason
 from app.store.base import (
