@@ -27,6 +27,7 @@ Event = Mapping[str, Any]
 BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+MAX_USAGE_TOTAL = 2**63 - 1
 
 
 def is_substantive(block: Mapping[str, Any]) -> bool:
@@ -60,7 +61,9 @@ def add_usage(total: dict[str, int], usage: Mapping[str, Any] | None) -> None:
     for name in USAGE_FIELDS:
         value = usage.get(name)
         if value:
-            total[name] += value
+            # Saturates: a total past 64 bits could not be stored or serialised, and the
+            # turn could then never end.
+            total[name] = min(total[name] + int(value), MAX_USAGE_TOTAL)
 
 
 class TurnFold:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.ids import RUN_ID_PATTERN
-from app.stop_reasons import normalise_stop_reason
+from app.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
 
 
 class _Strict(BaseModel):
@@ -20,7 +20,8 @@ class RunCreate(_Strict):
     agent: str | None = Field(None, max_length=200)
     mode: Literal["oneshot", "continuable"] = "oneshot"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    leaseSeconds: float | None = Field(None, ge=0, allow_inf_nan=False)
+    # Bounded so that "now + lease" stays a time a date can show (about 31 years).
+    leaseSeconds: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -30,7 +31,10 @@ class RunCreate(_Strict):
 
 
 class EndRequest(_Strict):
-    stopReason: str = Field(description="A wire value or an accepted alias (SPEC §6).")
+    stopReason: str = Field(
+        description="A wire value or an accepted alias (SPEC §6).",
+        json_schema_extra={"pattern": ACCEPTED_PATTERN, "examples": list(ACCEPTED_INPUTS)},
+    )
     error: Any = None
     cascade: bool = False
 

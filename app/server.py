@@ -28,16 +28,30 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
 
-_TIMEOUT_BODY = orjson.dumps({
-    "type": "https://lastword.dev/problems/header_timeout",
-    "title": "Request header timeout",
-    "status": 408,
-    "code": "header_timeout",
-    "detail": "the request headers did not arrive in time",
-})
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\n"
-    b"connection: close\r\ncontent-length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY
+#: Request line and headers together; httptools itself sets no limit, so without this a client
+#: could send headers for as long as the deadline lets it and the server would keep them all.
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def _closing_problem(status: int, reason: str, code: str, title: str, detail: str) -> bytes:
+    """A whole HTTP response with a problem document, for answers given before the app runs."""
+    body = orjson.dumps({"type": f"https://lastword.dev/problems/{code}", "title": title,
+                         "status": status, "code": code, "detail": detail})
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n".encode()
+        + b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+_TIMEOUT_RESPONSE = _closing_problem(
+    408, "Request Timeout", "header_timeout", "Request header timeout", "the request headers did not arrive in time"
+)
+_HEADERS_TOO_LARGE_RESPONSE = _closing_problem(
+    431, "Request Header Fields Too Large", "headers_too_large", "Request headers too large",
+    f"the request line and headers passed {MAX_HEADER_BYTES} bytes",
+)
+_MALFORMED_RESPONSE = _closing_problem(
+    400, "Bad Request", "malformed_request", "Bad request", "the request is not valid HTTP/1.1"
 )
 
 
@@ -50,6 +64,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         if self._header_timer is None:
+            self._header_bytes = 0
             self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
 
     def _disarm(self) -> None:
@@ -66,6 +81,22 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Still armed after the parser took this piece: the headers are not complete yet. (A
+        # piece that completes them also carries body bytes, which must not count.)
+        if self._header_timer is not None and not self.transport.is_closing():
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self._disarm()
+                self.transport.write(_HEADERS_TOO_LARGE_RESPONSE)
+                self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers a request it cannot parse itself, in text/plain; ours are problems.
+        self.transport.write(_MALFORMED_RESPONSE)
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

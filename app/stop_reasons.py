@@ -37,6 +37,18 @@ _ALIASES = {
 ACCEPTED_INPUTS: tuple[str, ...] = WIRE_VALUES + tuple(_ALIASES)
 
 
+def _accepted_pattern() -> str:
+    """A JSON Schema ``pattern`` (ECMA 262, no inline flags) that matches what is accepted."""
+    def spelled(word: str) -> str:
+        return "".join(f"[{c}{c.upper()}]" if c.isalpha() else "[-_]" if c == "_" else c for c in word)
+
+    return "^[ \\t\\n\\r]*(" + "|".join(spelled(word) for word in ACCEPTED_INPUTS) + ")[ \\t\\n\\r]*$"
+
+
+#: For the OpenAPI document: any case, ``-`` or ``_``, surrounding white space (see below).
+ACCEPTED_PATTERN = _accepted_pattern()
+
+
 def normalise_stop_reason(value: str) -> str:
     """The wire value for a stop reason as a producer sent it.
 
