@@ -56,10 +56,13 @@ class ServerProcess:
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}"
+        # One file per server object: its restarts append to it, nothing else does.
+        handle, name = tempfile.mkstemp(prefix=f"lastword-test-server-{self.port}-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(name)
 
     def start(self, timeout: float = 20) -> ServerProcess:
         # The log goes to a file: a pipe nobody drains fills up and blocks the server.
-        self.log_path = Path(tempfile.gettempdir()) / f"lastword-test-server-{self.port}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve"], env=self.env, cwd=self.cwd,
