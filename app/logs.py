@@ -22,7 +22,9 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 access_log = logging.getLogger("lastword.access")
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# Record attributes that are not extra context: the standard ones, and uvicorn's ANSI-coloured
+# copy of its message, which is noise in a JSON line.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):
