@@ -41,16 +41,16 @@ def _matches(presented: str, expected: str | None) -> bool:
 def _bearer(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, credential = value.decode("latin-1").partition(" ")
+            scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and credential.strip():
                 return credential.strip()
     return None
 
 
 def _query_token(scope: Scope) -> str | None:
-    for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+    for name, value in parse_qsl(bytes(scope.get("query_string", b"")).decode("latin-1")):
         if name == "access_token" and value:
-            return value
+            return str(value)
     return None
 
 

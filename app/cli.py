@@ -8,12 +8,13 @@ plays a scripted child.
 from __future__ import annotations
 
 import argparse
+import io
 import gc
 import codecs
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 from app.client import LastwordClient
 
@@ -111,7 +112,7 @@ def _result(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
-    stdin = sys.stdin.buffer
+    stdin = cast(io.BufferedReader, sys.stdin.buffer)  # read1: whatever has arrived, up to the size
     with _client(args) as client:
         if args.text:
             # A character split between two reads is completed by the next one.

@@ -114,12 +114,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 class LastwordServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
-        AppStatus.disable_automatic_graceful_drain()
+        AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting before clients are told to reconnect
-        service = getattr(self.config.app.state, "service", None)
+        service = getattr(getattr(self.config.app, "state", None), "service", None)
         if service is not None:
             service.hub.drain()
         await super().shutdown(sockets)

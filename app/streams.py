@@ -234,10 +234,11 @@ async def _run_messages(
         if run.status == "ended" and last >= run.last_seq:
             return
         # Live, until the buffer overflows and the log takes over again.
-        async for event in _live(subscription, deadline, keepalive):
-            if isinstance(event, bytes):
-                yield event
+        async for item in _live(subscription, deadline, keepalive):
+            if isinstance(item, bytes):
+                yield item
                 continue
+            event = item
             if event.seq <= last:
                 continue
             yield _message(event, event.seq)
@@ -293,10 +294,11 @@ async def _feed_messages(
                 last = event.feed_id
             if len(events) < PAGE:
                 break
-        async for event in _live(subscription, deadline, keepalive):
-            if isinstance(event, bytes):
-                yield event
+        async for item in _live(subscription, deadline, keepalive):
+            if isinstance(item, bytes):
+                yield item
                 continue
+            event = item
             assert event.feed_id is not None
             if event.feed_id <= last:
                 continue

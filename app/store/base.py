@@ -184,5 +184,12 @@ class Store(abc.ABC):
     async def expired_runs(self, now: float) -> list[str]: ...
 
     @abc.abstractmethod
+    async def delete_ended_runs(self, ended_before: float, now: float, limit: int = 200) -> list[str]:
+        """Delete up to ``limit`` runs that ended before ``ended_before``; their ids.
+
+        Each deleted run leaves a tombstone: reading it later answers 410, not 404.
+        """
+
+    @abc.abstractmethod
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status."""

@@ -1,0 +1,17 @@
+"""app/ type-checks under mypy --strict (configured in pyproject.toml)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_app_passes_mypy_strict() -> None:
+    """mypy --strict finds no error in app/."""
+    checked = subprocess.run([sys.executable, "-m", "mypy", "app"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=600, check=False)
+    assert checked.returncode == 0, checked.stdout[-4000:]
