@@ -12,6 +12,7 @@ same run), and ending a turn is idempotent on the server.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -43,6 +44,8 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+#: Streams wait for their next message as long as it takes (keep-alives arrive meanwhile).
+STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 CLOSING_EVENTS = frozenset({"run/closed"})
 
 
@@ -128,6 +131,34 @@ class _Core:
     @staticmethod
     def finished(message: StreamMessage, oneshot: bool) -> bool:
         return message.event in CLOSING_EVENTS or (oneshot and message.event == "subagent/end")
+
+
+class _Resume:
+    """Where a stream stands, so that a reconnect continues right after the last message."""
+
+    def __init__(self, after: int | None, retries: int, backoff: float) -> None:
+        self.last = after
+        self._failures = 0
+        self._retries = retries
+        self._backoff = backoff
+
+    def headers(self) -> dict[str, str]:
+        return {"Last-Event-ID": str(self.last)} if self.last is not None else {}
+
+    def take(self, event: ServerSentEvent) -> StreamMessage | None:
+        """The message an SSE event carries; None for one without an id (``server/reconnect``)."""
+        message = _Core.message(event)
+        if message is not None:
+            self._failures = 0
+            self.last = message.id
+        return message
+
+    def failed(self, error: Exception) -> float:
+        """The pause before reconnecting after ``error``; re-raises it once retries are spent."""
+        self._failures += 1
+        if self._failures > self._retries:
+            raise error
+        return min(5.0, self._backoff * 2.0**self._failures)
 
 
 def _raise_for_stream(response: httpx.Response) -> None:
@@ -224,55 +255,39 @@ class LastwordClient:
         ``run/closed``); nothing is lost or repeated across reconnects.
         """
         oneshot = self.get_run(run_id).mode == "oneshot"
-        last = after
-        failures = 0
+        resume = _Resume(after, self._core.retries, self._core.backoff)
         while True:
-            headers = {"Last-Event-ID": str(last)} if last is not None else {}
             try:
                 with connect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
-                                 params=self._core.stream_params(include_chunks), headers=headers,
-                                 timeout=httpx.Timeout(30.0, read=None)) as source:
+                                 params=self._core.stream_params(include_chunks), headers=resume.headers(),
+                                 timeout=STREAM_TIMEOUT) as source:
                     _raise_for_stream(source.response)
                     for event in source.iter_sse():
-                        message = self._core.message(event)
-                        if message is None:
-                            continue
-                        failures = 0
-                        last = message.id
-                        yield message
-                        if self._core.finished(message, oneshot):
-                            return
-                if last is not None and self.get_run(run_id).status == "ended":
+                        message = resume.take(event)
+                        if message is not None:
+                            yield message
+                            if self._core.finished(message, oneshot):
+                                return
+                if resume.last is not None and self.get_run(run_id).status == "ended":
                     return  # the server closed a stream that had nothing more to say
-            except httpx.TransportError:
-                failures += 1
-                if failures > self._core.retries:
-                    raise
-                time.sleep(min(5.0, self._core.backoff * 2**failures))
-
+            except httpx.TransportError as error:
+                time.sleep(resume.failed(error))
 
     def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
         """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
-        last = after
-        failures = 0
+        resume = _Resume(after, self._core.retries, self._core.backoff)
         params = {"parentRunId": parent_run_id} if parent_run_id else {}
         while True:
-            headers = {"Last-Event-ID": str(last)} if last is not None else {}
             try:
-                with connect_sse(self._http, "GET", "/v1/stream", params=params, headers=headers,
-                                 timeout=httpx.Timeout(30.0, read=None)) as source:
+                with connect_sse(self._http, "GET", "/v1/stream", params=params, headers=resume.headers(),
+                                 timeout=STREAM_TIMEOUT) as source:
                     _raise_for_stream(source.response)
                     for event in source.iter_sse():
-                        message = self._core.message(event)
+                        message = resume.take(event)
                         if message is not None:
-                            failures = 0
-                            last = message.id
                             yield message
-            except httpx.TransportError:
-                failures += 1
-                if failures > self._core.retries:
-                    raise
-            time.sleep(min(5.0, self._core.backoff * 2**failures))
+            except httpx.TransportError as error:
+                time.sleep(resume.failed(error))
 
 
 class AsyncLastwordClient:
@@ -357,33 +372,23 @@ class AsyncLastwordClient:
     async def stream(
         self, run_id: str, *, include_chunks: bool = False, after: int | None = None
     ) -> AsyncIterator[StreamMessage]:
-        import asyncio
-
         oneshot = (await self.get_run(run_id)).mode == "oneshot"
-        last = after
-        failures = 0
+        resume = _Resume(after, self._core.retries, self._core.backoff)
         while True:
-            headers = {"Last-Event-ID": str(last)} if last is not None else {}
             try:
                 async with aconnect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
-                                        params=self._core.stream_params(include_chunks), headers=headers,
-                                        timeout=httpx.Timeout(30.0, read=None)) as source:
+                                        params=self._core.stream_params(include_chunks), headers=resume.headers(),
+                                        timeout=STREAM_TIMEOUT) as source:
                     if source.response.is_error:
                         await source.response.aread()
                         self._core.decode(source.response, Run)
                     async for event in source.aiter_sse():
-                        message = self._core.message(event)
-                        if message is None:
-                            continue
-                        failures = 0
-                        last = message.id
-                        yield message
-                        if self._core.finished(message, oneshot):
-                            return
-                if last is not None and (await self.get_run(run_id)).status == "ended":
+                        message = resume.take(event)
+                        if message is not None:
+                            yield message
+                            if self._core.finished(message, oneshot):
+                                return
+                if resume.last is not None and (await self.get_run(run_id)).status == "ended":
                     return
-            except httpx.TransportError:
-                failures += 1
-                if failures > self._core.retries:
-                    raise
-                await asyncio.sleep(min(5.0, self._core.backoff * 2**failures))
+            except httpx.TransportError as error:
+                await asyncio.sleep(resume.failed(error))
