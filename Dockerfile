@@ -22,6 +22,7 @@ RUN useradd --system --uid 10001 --no-create-home --home-dir /nonexistent lastwo
     && chown lastword /data
 
 COPY app ./app
+ENV PYTHONPATH=/app/app
 
 ENV LASTWORD_DATABASE_URL=sqlite:////data/lastword.db \
     LASTWORD_HOST=0.0.0.0 \
@@ -34,4 +35,4 @@ EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('LASTWORD_PORT', '8000'), timeout=2)"]
 
-CMD ["python", "-m", "app.cli", "serve"]
+CMD ["python", "-m", "lastword.cli", "serve"]

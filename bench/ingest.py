@@ -98,7 +98,7 @@ def _redis_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Varian
 
 
 def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
-    from app.store.sqlite import SCHEMA
+    from lastword.store.sqlite import SCHEMA
 
     connection = sqlite3.connect(directory / "direct.db", isolation_level=None)
     connection.execute("PRAGMA journal_mode=WAL")

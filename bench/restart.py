@@ -36,12 +36,12 @@ RUNS = 10
 
 async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]:
     """Fill the log; what each run's result must be: ``{run_id: {status, stopReason, output}}``."""
-    from app.hub import Hub
-    from app.metrics import Metrics
-    from app.schemas import RunCreate
-    from app.service import RunService
-    from app.settings import Settings
-    from app.store import open_store
+    from lastword.hub import Hub
+    from lastword.metrics import Metrics
+    from lastword.schemas import RunCreate
+    from lastword.service import RunService
+    from lastword.settings import Settings
+    from lastword.store import open_store
 
     store = open_store(Settings(database_url=url))
     await store.open()

@@ -1,4 +1,4 @@
-"""Real lastword servers for the benchmarks: ``python -m app.cli serve`` on loopback.
+"""Real lastword servers for the benchmarks: ``python -m lastword.cli serve`` on loopback.
 
 Each server is its own process (uvicorn, one worker, as the README runs it) with a temporary
 SQLite file, or the PostgreSQL URL it is given. Its resident memory is read from
@@ -82,7 +82,7 @@ class Server:
         import psutil
 
         for child in psutil.Process(self.process.pid).children(recursive=True):
-            if "app.cli" in child.cmdline():
+            if "lastword.cli" in child.cmdline():
                 return int(child.pid)
         raise RuntimeError("the server process is not running under its launcher")
 
@@ -91,7 +91,7 @@ class Server:
         self.started_at = time.perf_counter()
         with open(self._log, "ab") as log:
             self.process = subprocess.Popen(
-                [*self.launcher, sys.executable, "-m", "app.cli", "serve"],
+                [*self.launcher, sys.executable, "-m", "lastword.cli", "serve"],
                 env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
             )
         deadline = self.started_at + timeout

@@ -100,7 +100,7 @@ def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
 
 
 class ExpectedOutput:
-    """SPEC §5 read afresh, without ``app.fold``: the result a turn's events must select.
+    """SPEC §5 read afresh, without ``lastword.fold``: the result a turn's events must select.
 
     Written separately from the service on purpose, so that a restart check compares the
     service with the rule and not with itself.

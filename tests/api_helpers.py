@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.settings import Settings
+from lastword.settings import Settings
 from tests.conftest import BACKENDS, postgres_schema
 from tests.servers import threaded_server
 

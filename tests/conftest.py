@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from app.settings import Settings
+from lastword.settings import Settings
 from tests.sse import WAIT_SECONDS
 from tests.servers import threaded_server
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from app.server import LastwordServer, uvicorn_config
-from app.settings import Settings
+from lastword.server import LastwordServer, uvicorn_config
+from lastword.settings import Settings
 
 
 def free_port() -> int:
@@ -65,7 +65,7 @@ class ServerProcess:
         # The log goes to a file: a pipe nobody drains fills up and blocks the server.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"], env=self.env, cwd=self.cwd,
+            [sys.executable, "-m", "lastword.cli", "serve"], env=self.env, cwd=self.cwd,
             stdout=subprocess.DEVNULL, stderr=self._log,
         )
         deadline = time.monotonic() + timeout

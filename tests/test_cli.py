@@ -13,7 +13,7 @@ COMMANDS = ["serve", "demo", "tail", "result", "push"]
 
 
 def lastword(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lastword.cli", *args], input=stdin, capture_output=True,
                           timeout=timeout, check=False)
 
 
@@ -58,7 +58,7 @@ def test_push_text_keeps_characters_split_across_reads(api: httpx.Client, base_u
 def test_tail_follows_a_run_to_its_end(api: httpx.Client, base_url: str) -> None:
     """tail RUN prints the live text and the end with its stop reason, then exits."""
     run = api.post("/v1/runs", json={"agent": "tailed"}).json()["runId"]
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "tail", run, "--url", base_url],
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", base_url],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None
     first = process.stdout.readline().decode()  # the snapshot line: the stream is open

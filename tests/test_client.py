@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from app.client import AsyncLastwordClient, LastwordAPIError, LastwordClient
+from lastword.client import AsyncLastwordClient, LastwordAPIError, LastwordClient
 
 MESSAGE = {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "done"}],
                                                     "usage": {"inputTokens": 3, "outputTokens": 4}}}

@@ -51,7 +51,7 @@ def lastword(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the ``lastword`` command as a user would, in its own process."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("LASTWORD_")}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "lastword.cli", *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
 

@@ -29,7 +29,7 @@ PARTIAL = "Found three call sites of parse_config; two pass a path, one passes a
 def play(scenario: str, url: str, run_id: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("LASTWORD_")}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "demo", scenario, "--url", url, "--run-id", run_id],
+        [sys.executable, "-m", "lastword.cli", "demo", scenario, "--url", url, "--run-id", run_id],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
 

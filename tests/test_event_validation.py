@@ -1,4 +1,4 @@
-"""Validation of ingested events (SPEC §3–§4), through ``app.events.validate_events``.
+"""Validation of ingested events (SPEC §3–§4), through ``lastword.events.validate_events``.
 
 A refused batch raises ``Unprocessable`` (422) whose problem names the offending event's
 position in the batch (``index``) and the field (``message.content[0].text``).
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.errors import Unprocessable
-from app.events import validate_events
+from lastword.errors import Unprocessable
+from lastword.events import validate_events
 
 Event = dict[str, Any]
 
@@ -263,7 +263,7 @@ _near_text_deltas = st.fixed_dictionaries(
 @given(_near_text_deltas)
 def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict) -> None:
     """The text-delta shortcut never lets through an event that the full check would refuse."""
-    from app.events import _EVENT, is_plain_text_delta
+    from lastword.events import _EVENT, is_plain_text_delta
 
     if is_plain_text_delta(event):
         _EVENT.validate_python(event)

@@ -1,4 +1,4 @@
-"""The selection rule (SPEC §5), through ``app.fold`` only: ``TurnFold`` and ``final_assistant_output``.
+"""The selection rule (SPEC §5), through ``lastword.fold`` only: ``TurnFold`` and ``final_assistant_output``.
 
 Every example is checked on both entry points (``output_of``), so the incremental fold and the
 batch rule cannot drift apart; the property tests at the end compare both with a naive reference
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.fold import TurnFold, final_assistant_output
+from lastword.fold import TurnFold, final_assistant_output
 
 Event = dict[str, Any]
 Block = dict[str, Any]

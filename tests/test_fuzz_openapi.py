@@ -28,7 +28,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CHECKS
 
-from app.openapi import DOCUMENT
+from lastword.openapi import DOCUMENT
 from tests.api_helpers import serving
 from tests.conftest import BACKENDS
 

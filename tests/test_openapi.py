@@ -1,8 +1,8 @@
 """The checked-in OpenAPI document matches the app."""
 
-from app.openapi import DOCUMENT, render
+from lastword.openapi import DOCUMENT, render
 
 
 def test_openapi_document_has_not_drifted() -> None:
-    """openapi/openapi.json is what the app generates (regenerate: python -m app.openapi)."""
-    assert DOCUMENT.read_text() == render(), "openapi/openapi.json is stale: run `python -m app.openapi`"
+    """openapi/openapi.json is what the app generates (regenerate: python -m lastword.openapi)."""
+    assert DOCUMENT.read_text() == render(), "openapi/openapi.json is stale: run `python -m lastword.openapi`"

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from app.settings import Settings
+from lastword.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 ROW = re.compile(r"^\| `(LASTWORD_[A-Z_]+)` \| (.*?) \|", re.MULTILINE)

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.settings import Settings
+from lastword.settings import Settings
 from tests.servers import threaded_server
 
 #: Shrinking a failing sequence replays it against the server many times (up to hypothesis's

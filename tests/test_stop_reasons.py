@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.stop_reasons import ACCEPTED_INPUTS, WIRE_VALUES, is_error, normalise_stop_reason
+from lastword.stop_reasons import ACCEPTED_INPUTS, WIRE_VALUES, is_error, normalise_stop_reason
 
 # Written out from SPEC §6 rather than imported, so that the module is checked against the contract.
 WIRE = ["completed", "max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]

@@ -1,6 +1,6 @@
 """The storage contract on every backend: start-up schema, and two stores on one database.
 
-These talk to the store directly (``app.store.open_store``), below the HTTP layer, where the
+These talk to the store directly (``lastword.store.open_store``), below the HTTP layer, where the
 point is the database: several processes creating the schema at the same instant, a schema from
 a newer release, and two stores (two replicas) feeding and reading one turn.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
-from app.store import RunSpec, Store, open_store
+from lastword.settings import Settings
+from lastword.store import RunSpec, Store, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -56,8 +56,8 @@ def chunk(text: str) -> dict[str, Any]:
 STARTER = textwrap.dedent(
     """
     import asyncio, sys, time
-    from app.settings import Settings
-    from app.store import open_store
+    from lastword.settings import Settings
+    from lastword.store import open_store
 
     async def main() -> None:
         store = open_store(Settings(database_url=sys.argv[1], lease_seconds=0))

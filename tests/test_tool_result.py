@@ -1,4 +1,4 @@
-"""The parent model's tool result (SPEC §9 "The tool result"), through ``app.tool_result.tool_result``."""
+"""The parent model's tool result (SPEC §9 "The tool result"), through ``lastword.tool_result.tool_result``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.fold import final_assistant_output
-from app.tool_result import NO_TEXT_OUTPUT, tool_result
+from lastword.fold import final_assistant_output
+from lastword.tool_result import NO_TEXT_OUTPUT, tool_result
 
 NOT_COMPLETED = ["max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]
 

@@ -1,4 +1,4 @@
-"""Write the OpenAPI document generated from the app: ``python -m app.openapi``.
+"""Write the OpenAPI document generated from the app: ``python -m lastword.openapi``.
 
 ``openapi/openapi.json`` is checked in and a test fails when it drifts from the app; run this
 command after changing an endpoint and commit the result.
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.main import create_app
-from app.settings import Settings
+from lastword.main import create_app
+from lastword.settings import Settings
 
-DOCUMENT = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
+DOCUMENT = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 
 
 def generate() -> dict[str, Any]:

@@ -16,9 +16,9 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from app.errors import BadRequest, LastwordError, PayloadTooLarge, Unprocessable, UnsupportedMedia
-from app.events import validate_events
-from app.store.base import AppendOutcome
+from lastword.errors import BadRequest, LastwordError, PayloadTooLarge, Unprocessable, UnsupportedMedia
+from lastword.events import validate_events
+from lastword.store.base import AppendOutcome
 
 M = TypeVar("M", bound=BaseModel)
 Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]

@@ -105,7 +105,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def ping(self) -> None:
-        """Raise :class:`app.errors.Unavailable` when the database cannot be reached."""
+        """Raise :class:`lastword.errors.Unavailable` when the database cannot be reached."""
 
     @abc.abstractmethod
     async def create_run(

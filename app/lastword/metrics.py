@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from app.store.base import AppendOutcome
+from lastword.store.base import AppendOutcome
 
 
 class Metrics:

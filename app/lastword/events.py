@@ -23,8 +23,8 @@ from pydantic import (
     field_validator,
 )
 
-from app.errors import Unprocessable
-from app.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
+from lastword.errors import Unprocessable
+from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
 
 MAX_EVENT_ID_LENGTH = 200
 

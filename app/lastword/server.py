@@ -25,8 +25,8 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.main import create_app
-from app.settings import Settings
+from lastword.main import create_app
+from lastword.settings import Settings
 
 #: Request line and headers together; httptools itself sets no limit, so without this a client
 #: could send headers for as long as the deadline lets it and the server would keep them all.
@@ -133,7 +133,7 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
         "port": settings.port,
         "http": protocol,
         "log_level": settings.log_level,
-        "log_config": None,  # keep the JSON handlers configured by app.logs
+        "log_config": None,  # keep the JSON handlers configured by lastword.logs
         "access_log": False,  # lastword's own request log leaves query strings (tokens) out
         "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
         "lifespan": "on",

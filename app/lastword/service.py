@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.errors import Conflict, NotFound
-from app.hub import Hub
-from app.ids import new_run_id
-from app.metrics import Metrics
-from app.schemas import RunCreate
-from app.store.base import AppendOutcome, EndOutcome, RunRecord, RunSpec, Store, StoredEvent, TurnRecord
-from app.store.sql import LIVE_TYPES
+from lastword.errors import Conflict, NotFound
+from lastword.hub import Hub
+from lastword.ids import new_run_id
+from lastword.metrics import Metrics
+from lastword.schemas import RunCreate
+from lastword.store.base import AppendOutcome, EndOutcome, RunRecord, RunSpec, Store, StoredEvent, TurnRecord
+from lastword.store.sql import LIVE_TYPES
 
 if TYPE_CHECKING:
-    from app.notify import Notice
+    from lastword.notify import Notice
 
 log = logging.getLogger("lastword")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.stop_reasons import is_error
+from lastword.stop_reasons import is_error
 
 SUBAGENT_START = "subagent/start"
 SUBAGENT_END = "subagent/end"

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.errors import LastwordError, Unavailable
-from app.store.sql import SqlStore, Tx, run_in, upgrade_schema
+from lastword.errors import LastwordError, Unavailable
+from lastword.store.sql import SqlStore, Tx, run_in, upgrade_schema
 
 T = TypeVar("T")
 

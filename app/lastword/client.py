@@ -31,8 +31,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from app.ids import new_run_id
-from app.schemas import AppendResult, Run, SubagentResult, ToolResult
+from lastword.ids import new_run_id
+from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.lifecycle import rfc3339
-from app.stop_reasons import is_error
-from app.store.base import RunRecord, StoredEvent, TurnRecord
-from app.fold import empty_usage
+from lastword.lifecycle import rfc3339
+from lastword.stop_reasons import is_error
+from lastword.store.base import RunRecord, StoredEvent, TurnRecord
+from lastword.fold import empty_usage
 
 
 def run_view(run: RunRecord) -> dict[str, Any]:

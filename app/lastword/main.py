@@ -21,20 +21,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
 
-from app import __version__
-from app.access import AccessControl
-from app.logs import RequestLog
-from app.api import event_schema_components
-from app.api import router as api_router
-from app.errors import LastwordError, Unavailable
-from app.hub import Hub
-from app.metrics import Metrics
-from app.schemas import Health, Problem
-from app.service import RunService
-from app.settings import Settings
-from app.store import open_store
-from app.store.factory import open_notifier
-from app.streams import router as stream_router
+from lastword import __version__
+from lastword.access import AccessControl
+from lastword.logs import RequestLog
+from lastword.api import event_schema_components
+from lastword.api import router as api_router
+from lastword.errors import LastwordError, Unavailable
+from lastword.hub import Hub
+from lastword.metrics import Metrics
+from lastword.schemas import Health, Problem
+from lastword.service import RunService
+from lastword.settings import Settings
+from lastword.store import open_store
+from lastword.store.factory import open_notifier
+from lastword.streams import router as stream_router
 
 log = logging.getLogger("lastword")
 

@@ -1,6 +1,6 @@
 """Durable storage of runs, turns and event logs: one contract, SQLite and PostgreSQL backends."""
 
-from app.store.base import (
+from lastword.store.base import (
     AppendOutcome,
     EndOutcome,
     RunRecord,
@@ -9,7 +9,7 @@ from app.store.base import (
     StoredEvent,
     TurnRecord,
 )
-from app.store.factory import open_store
+from lastword.store.factory import open_store
 
 __all__ = [
     "AppendOutcome",

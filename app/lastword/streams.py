@@ -26,14 +26,14 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
-from app.api import MAX_INT64
-from app.errors import BadRequest
-from app.hub import IDLE, Subscription
-from app.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
-from app.schemas import Problem
-from app.service import RunService
-from app.store.base import RunRecord, StoredEvent
-from app.views import result_view, run_view
+from lastword.api import MAX_INT64
+from lastword.errors import BadRequest
+from lastword.hub import IDLE, Subscription
+from lastword.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
+from lastword.schemas import Problem
+from lastword.service import RunService
+from lastword.store.base import RunRecord, StoredEvent
+from lastword.views import result_view, run_view
 
 router = APIRouter(prefix="/v1")
 

@@ -16,14 +16,14 @@ import os
 import sys
 from typing import Any, cast
 
-from app.client import LastwordClient
+from lastword.client import LastwordClient
 
-from app.settings import Settings
+from lastword.settings import Settings
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.logs import configure_logging
-    from app.server import LastwordServer, uvicorn_config
+    from lastword.logs import configure_logging
+    from lastword.server import LastwordServer, uvicorn_config
 
     settings = Settings()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -39,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from app.demo import SCENARIOS, run_scenario
+    from lastword.demo import SCENARIOS, run_scenario
 
     if args.scenario not in SCENARIOS:
         print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="overrides LASTWORD_PORT")
     serve.set_defaults(handler=_serve)
 
-    from app.demo import SCENARIOS
+    from lastword.demo import SCENARIOS
 
     demo = commands.add_parser(
         "demo",

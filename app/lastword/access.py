@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import LastwordError
+from lastword.errors import LastwordError
 
 
 class Unauthorized(LastwordError):

@@ -16,8 +16,8 @@ import asyncio
 from collections import defaultdict, deque
 from collections.abc import Iterable
 
-from app.lifecycle import RUN_CLOSED, SUBAGENT_END
-from app.store.base import StoredEvent
+from lastword.lifecycle import RUN_CLOSED, SUBAGENT_END
+from lastword.store.base import StoredEvent
 
 
 #: What :meth:`Subscription.next` gives when nothing came in time: time for a keep-alive.

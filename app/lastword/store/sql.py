@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from app import lifecycle
-from app.errors import Conflict, Gone, NotFound, RunEnded
-from app.fold import TurnFold
-from app.stop_reasons import normalise_stop_reason
-from app.store.base import (
+from lastword import lifecycle
+from lastword.errors import Conflict, Gone, NotFound, RunEnded
+from lastword.fold import TurnFold
+from lastword.stop_reasons import normalise_stop_reason
+from lastword.store.base import (
     AppendOutcome,
     EndOutcome,
     RunRecord,

@@ -1,6 +1,6 @@
 """The PostgreSQL backend: several replicas on one database.
 
-The logic is :mod:`app.store.sql`'s, unchanged; this module brings what only PostgreSQL does:
+The logic is :mod:`lastword.store.sql`'s, unchanged; this module brings what only PostgreSQL does:
 
 * **Order per run.** Every change to a run starts with ``SELECT … FOR UPDATE`` on its row, so
   transactions on one run, from any replica, run one after the other: ``seq`` is assigned
@@ -14,13 +14,13 @@ The logic is :mod:`app.store.sql`'s, unchanged; this module brings what only Pos
 * **Notices.** Inside the writing transaction a ``pg_notify`` names the run, the ``seq`` range
   and the feed id it committed (a few hundred bytes, far below the 8000-byte limit). PostgreSQL
   delivers it to every listening replica when, and only if, the transaction commits, in commit
-  order; :mod:`app.notify` listens and the service reads what it needs from the log.
+  order; :mod:`lastword.notify` listens and the service reads what it needs from the log.
 * **Schema at start-up** under an advisory lock, so replicas that start together create or
   upgrade it one after the other.
 
 Connections are synchronous psycopg connections from a :class:`psycopg_pool.ConnectionPool`,
-used from a thread pool (see :mod:`app.store.sql` for why). Every driver or pool failure becomes
-:class:`app.errors.Unavailable` here, once; a connection found dead before its transaction
+used from a thread pool (see :mod:`lastword.store.sql` for why). Every driver or pool failure becomes
+:class:`lastword.errors.Unavailable` here, once; a connection found dead before its transaction
 could commit is discarded and the transaction retried on a fresh one, so a replica recovers by
 itself when the database comes back. A failure during ``COMMIT`` is never retried: its outcome
 is unknown, and the client gets 503, never a 2xx for an event that may not be stored.
@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from app.errors import LastwordError, Unavailable, Unprocessable
-from app.notify import Notice
-from app.store.sql import EVENT_COLUMNS, SqlStore, Tx, run_in, upgrade_schema
+from lastword.errors import LastwordError, Unavailable, Unprocessable
+from lastword.notify import Notice
+from lastword.store.sql import EVENT_COLUMNS, SqlStore, Tx, run_in, upgrade_schema
 
 T = TypeVar("T")
 

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.ids import RUN_ID_PATTERN
-from app.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
+from lastword.ids import RUN_ID_PATTERN
+from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
 
 
 class _Strict(BaseModel):

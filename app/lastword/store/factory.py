@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.settings import Settings
-from app.store.base import Store
+from lastword.settings import Settings
+from lastword.store.base import Store
 
 if TYPE_CHECKING:
-    from app.notify import NoticeListener
-    from app.service import RunService
+    from lastword.notify import NoticeListener
+    from lastword.service import RunService
 
 
 def is_postgres_url(url: str) -> bool:
@@ -20,7 +20,7 @@ def open_store(settings: Settings) -> Store:
     """The store for ``settings.database_url`` (not yet opened)."""
     url = settings.database_url
     if url.startswith("sqlite:"):
-        from app.store.sqlite import SqliteStore
+        from lastword.store.sqlite import SqliteStore
 
         return SqliteStore(
             url,
@@ -28,7 +28,7 @@ def open_store(settings: Settings) -> Store:
             default_lease_seconds=settings.lease_seconds,
         )
     if is_postgres_url(url):
-        from app.store.postgres import PostgresStore
+        from lastword.store.postgres import PostgresStore
 
         return PostgresStore(url, default_lease_seconds=settings.lease_seconds)
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
@@ -39,10 +39,10 @@ def open_notifier(store: Store, service: RunService) -> NoticeListener | None:
 
     SQLite is one process's file: everything it commits is published where it is committed.
     """
-    from app.store.postgres import PostgresStore
+    from lastword.store.postgres import PostgresStore
 
     if not isinstance(store, PostgresStore):
         return None
-    from app.notify import NoticeListener
+    from lastword.notify import NoticeListener
 
     return NoticeListener(store.url, store.channel, service.publish_committed, service.hub.resync)

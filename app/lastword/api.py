@@ -1,4 +1,4 @@
-"""The REST endpoints of SPEC §9 (the SSE endpoints are in ``app.streams``)."""
+"""The REST endpoints of SPEC §9 (the SSE endpoints are in ``lastword.streams``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
-from app.events import EVENT_JSON_SCHEMA
-from app.ingest import (
+from lastword.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
+from lastword.events import EVENT_JSON_SCHEMA
+from lastword.ingest import (
     ingest_json,
     ingest_ndjson,
     ingest_text,
@@ -20,7 +20,7 @@ from app.ingest import (
     storable_json,
     text_delta,
 )
-from app.schemas import (
+from lastword.schemas import (
     AppendResult,
     ChunkText,
     EndRequest,
@@ -32,11 +32,11 @@ from app.schemas import (
     SubagentResult,
     ToolResult,
 )
-from app.service import RunService
-from app.store.base import AppendOutcome
-from app.settings import Settings
-from app.tool_result import tool_result
-from app.views import logged_event_view, result_view, run_view
+from lastword.service import RunService
+from lastword.store.base import AppendOutcome
+from lastword.settings import Settings
+from lastword.tool_result import tool_result
+from lastword.views import logged_event_view, result_view, run_view
 
 router = APIRouter(prefix="/v1")
 
