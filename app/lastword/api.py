@@ -31,6 +31,7 @@ from lastword.schemas import (
     RunList,
     SubagentResult,
     ToolResult,
+    TranscriptPage,
 )
 from lastword.service import RunService
 from lastword.store.base import AppendOutcome
@@ -299,6 +300,23 @@ async def get_events(
         "events": [logged_event_view(event) for event in events],
         "nextAfter": events[-1].seq if events else after,
     }
+
+
+@router.get(
+    "/runs/{runId}/messages",
+    response_model=TranscriptPage,
+    response_model_exclude_unset=True,
+    responses=problems(404, 410, 422),
+)
+async def get_messages(
+    request: Request,
+    runId: str,
+    format: Annotated[Literal["anthropic", "openai"], Query(
+        description="anthropic: Messages API `messages`; openai: Chat Completions `messages`.")],
+    turn: TurnQuery = None,
+) -> dict[str, Any]:
+    """The provider-safe transcript: the run's history up to the end of ``turn``, ready to send."""
+    return (await service_of(request).messages(runId, format, turn)).as_json()
 
 
 def event_schema_components() -> dict[str, Any]:

@@ -135,12 +135,21 @@ class TurnFold:
         """The turn's output by the rule of SPEC §5 (a new list on every call)."""
         if self._selected is not None:
             return output_blocks(self._selected)
-        if self._has_visible_text:
-            if len(self._text_parts) > 1:
-                # Join once and keep the result, so repeated reads stay cheap.
-                self._text_parts = ["".join(self._text_parts)]
-            return [{"type": "text", "text": self._text_parts[0]}]
-        return []
+        text = self.streamed_text()
+        return [] if text is None else [{"type": "text", "text": text}]
+
+    def streamed_text(self) -> str | None:
+        """The whole streamed text when the output comes from it (rule 2), else ``None``.
+
+        The transcript (SPEC §12) asks this to know whether a turn contributes an assistant
+        message made of its chunks.
+        """
+        if self._selected is not None or not self._has_visible_text:
+            return None
+        if len(self._text_parts) > 1:
+            # Join once and keep the result, so repeated reads stay cheap.
+            self._text_parts = ["".join(self._text_parts)]
+        return self._text_parts[0]
 
 
 def final_assistant_output(events: Iterable[Event]) -> list[Block]:

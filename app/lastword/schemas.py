@@ -129,3 +129,36 @@ class Problem(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class Omission(BaseModel):
+    """A logged event left out of a transcript whole, or one block of it (``block``: its index)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    runId: str = Field(description="The run whose log holds the event (a fork's ancestor, for inherited events).")
+    seq: int
+    block: int | None = Field(None, description="The index of the left-out block in the event's content.")
+    reason: str = Field(
+        description="empty, nothing_kept, blank_text, bookkeeping, unsigned_reasoning, reasoning, "
+        "unsupported_block, misplaced_block, misplaced_tool_result, duplicate_tool_call, "
+        "unknown_tool_call, already_answered"
+    )
+
+
+class Insertion(BaseModel):
+    """A placeholder the transcript added so that the format's rules hold."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int = Field(description="The index of the message that holds it.")
+    reason: str = Field(description="leading_assistant, interrupted_tool_call, empty_tool_result")
+
+
+class TranscriptPage(BaseModel):
+    """A run's model-visible history as a provider request's ``messages`` (SPEC §12)."""
+
+    format: Literal["anthropic", "openai"]
+    messages: list[dict[str, Any]]
+    omitted: list[Omission]
+    inserted: list[Insertion] | None = None

@@ -22,6 +22,7 @@ from lastword.metrics import Metrics
 from lastword.schemas import RunCreate
 from lastword.store.base import AppendOutcome, EndOutcome, RunRecord, RunSpec, Store, StoredEvent, TurnRecord
 from lastword.store.sql import LIVE_TYPES
+from lastword.transcript import Format, LoggedEvent, Transcript, transcript
 
 if TYPE_CHECKING:
     from lastword.notify import Notice
@@ -30,6 +31,9 @@ log = logging.getLogger("lastword")
 
 CHILDREN_PAGE = 500
 RETENTION_BATCH = 200
+HISTORY_PAGE = 5000
+#: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
+HISTORY_TYPES = frozenset({"assistant/chunk", "assistant/message", "tool/result", "user/message"})
 
 
 class RunService:
@@ -204,6 +208,22 @@ class RunService:
         finally:
             if signal is not None:
                 self.hub.release(run_id, signal)
+
+    async def messages(self, run_id: str, format: Format, turn: int | None) -> Transcript:
+        """The run's provider-safe transcript, up to the end of ``turn`` (default: all of it)."""
+        run = await self.store.get_run(run_id)
+        if turn is not None and turn > run.turn:
+            raise NotFound(f"run {run_id!r} has no turn {turn}", code="turn_not_found", runId=run_id, turn=turn)
+        last = turn if turn is not None else run.turn
+        items: list[LoggedEvent] = []
+        after = 0
+        while True:
+            page = await self.store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)
+            items.extend(LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+            if len(page) < HISTORY_PAGE or page[-1].turn > last:
+                break
+            after = page[-1].seq
+        return transcript(items, format)
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""
