@@ -14,6 +14,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class ForkOf(_Strict):
+    """The run a fork continues, and the last ``seq`` of that run's log it inherits (SPEC §12)."""
+
+    runId: str = Field(pattern=RUN_ID_PATTERN, description="The parent run (itself possibly a fork).")
+    afterSeq: int = Field(
+        ge=0, le=2**63 - 2,
+        description="Inherit the parent's history up to and including this seq; 0 inherits nothing.",
+    )
+
+
+class Selection(_Strict):
+    """Opt-in variations of the selection rule (SPEC §14)."""
+
+    joinContinuations: bool = Field(
+        False, description="Join a reply split over max-tokens segments into one output."
+    )
+
+
 class RunCreate(_Strict):
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
@@ -22,6 +40,8 @@ class RunCreate(_Strict):
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Bounded so that "now + lease" stays a time a date can show (about 31 years).
     leaseSeconds: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    forkOf: ForkOf | None = None
+    selection: Selection | None = None
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -66,6 +86,8 @@ class Run(BaseModel):
     status: Literal["running", "idle", "ended"]
     turn: int
     lastSeq: int
+    forkOf: ForkOf | None = None
+    selection: Selection | None = None
     leaseExpiresAt: str | None = None
     createdAt: str
     updatedAt: str

@@ -21,6 +21,7 @@ from lastword.ids import new_run_id
 from lastword.metrics import Metrics
 from lastword.schemas import RunCreate
 from lastword.store.base import AppendOutcome, EndOutcome, RunRecord, RunSpec, Store, StoredEvent, TurnRecord
+from lastword.store import forks
 from lastword.store.sql import LIVE_TYPES
 from lastword.transcript import Format, LoggedEvent, Transcript, transcript
 
@@ -33,7 +34,7 @@ CHILDREN_PAGE = 500
 RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
 #: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
-HISTORY_TYPES = frozenset({"assistant/chunk", "assistant/message", "tool/result", "user/message"})
+HISTORY_TYPES = frozenset(forks.HISTORY_TYPES)
 
 
 class RunService:
@@ -96,8 +97,13 @@ class RunService:
 
     async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
         body = request.model_dump()
+        for optional in ("forkOf", "selection"):
+            # Left out when not asked for, so runs made before they existed compare equal.
+            if body[optional] is None:
+                del body[optional]
         run_id = request.runId or new_run_id(self.clock())
         body["runId"] = run_id
+        fork = request.forkOf
         spec = RunSpec(
             run_id=run_id,
             parent_run_id=request.parentRunId,
@@ -106,6 +112,7 @@ class RunService:
             metadata=request.metadata,
             lease_seconds=request.leaseSeconds,
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
+            fork_of=None if fork is None else (fork.runId, fork.afterSeq),
         )
         run, created, stored = await self.store.create_run(spec, self.clock())
         self._published(stored)
@@ -215,7 +222,8 @@ class RunService:
         if turn is not None and turn > run.turn:
             raise NotFound(f"run {run_id!r} has no turn {turn}", code="turn_not_found", runId=run_id, turn=turn)
         last = turn if turn is not None else run.turn
-        items: list[LoggedEvent] = []
+        # A fork's history starts with what it inherited (SPEC §12), then its own events.
+        items = [LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in await self.store.inherited_events(run_id)]
         after = 0
         while True:
             page = await self.store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)

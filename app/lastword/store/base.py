@@ -24,6 +24,7 @@ class RunSpec:
     metadata: dict[str, Any]
     lease_seconds: float | None
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
+    fork_of: tuple[str, int] | None = None  # (parent run id, afterSeq): SPEC §12 forks
 
 
 @dataclass(slots=True, frozen=True)
@@ -170,6 +171,11 @@ class Store(abc.ABC):
     async def events_after(
         self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
     ) -> list[StoredEvent]: ...
+
+    @abc.abstractmethod
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        """A fork's inherited history in ``seq`` order, each event under the run and turn it was
+        logged in (``[]`` for a run that is not a fork)."""
 
     @abc.abstractmethod
     async def feed_after(

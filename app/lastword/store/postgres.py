@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, Unprocessable
 from lastword.notify import Notice
+from lastword.store import forks
 from lastword.store.sql import EVENT_COLUMNS, SqlStore, Tx, run_in, upgrade_schema
 
 T = TypeVar("T")
@@ -122,7 +123,7 @@ CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at DOU
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at)
 """
 
-MIGRATIONS = (SCHEMA_V1, SCHEMA_V2)
+MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, forks.SCHEMA)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 import orjson
 
 from lastword import lifecycle
+from lastword.store import forks
 from lastword.errors import Conflict, Gone, NotFound, RunEnded
-from lastword.fold import TurnFold
+from lastword.fold import JOIN_STOPPING_TYPES, TurnFold
 from lastword.stop_reasons import normalise_stop_reason
 from lastword.store.base import (
     AppendOutcome,
@@ -104,6 +105,14 @@ def event_from_row(row: Sequence[Any], feed_id: int | None = None) -> StoredEven
         received_at=row[6],
         feed_id=feed_id,
     )
+
+
+def joins_continuations(run: RunRecord) -> bool:
+    """Whether the run was created with ``selection: {joinContinuations: true}`` (SPEC §14)."""
+    if '"selection"' not in run.canonical:
+        return False
+    selection = loads(run.canonical).get("selection") or {}
+    return selection.get("joinContinuations") is True
 
 
 @dataclass(slots=True)
@@ -228,14 +237,19 @@ class SqlStore(Store):
     def _caught_up(self, tx: Tx, slot: FoldSlot, run: RunRecord, upto: int) -> TurnFold:
         """The turn's fold with every event of the log up to ``upto`` pushed (slot lock held)."""
         fold = slot.fold
+        if fold is not None and fold.last_seq >= upto:
+            return fold
+        joins = joins_continuations(run)
         if fold is None:
             row = tx.one("SELECT start_seq FROM turns WHERE run_id = ? AND turn = ?", (run.run_id, run.turn))
-            fold = slot.fold = TurnFold(last_seq=row[0])
+            fold = slot.fold = TurnFold(last_seq=row[0], join_continuations=joins)
         if fold.last_seq < upto:
+            # A joining fold also needs the events that stop a join (SPEC §14).
+            types = FOLD_EVENT_TYPES + (tuple(sorted(JOIN_STOPPING_TYPES)) if joins else ())
             rows = tx.rows(
                 "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
-                "AND turn = ? AND type IN (?, ?, ?) ORDER BY seq",
-                (run.run_id, fold.last_seq, upto, run.turn, *FOLD_EVENT_TYPES),
+                f"AND turn = ? AND type IN ({', '.join('?' * len(types))}) ORDER BY seq",
+                (run.run_id, fold.last_seq, upto, run.turn, *types),
             )
             for seq, body in rows:
                 fold.push(loads(body), seq)
@@ -343,12 +357,14 @@ class SqlStore(Store):
 
     def _create_run(self, tx: Tx, spec: RunSpec, now: float) -> tuple[RunRecord, bool, list[StoredEvent]]:
         lease = spec.lease_seconds if spec.lease_seconds is not None else self.default_lease_seconds
+        # A fork's own events are numbered on from its boundary (SPEC §12).
+        first_seq = 1 if spec.fork_of is None else spec.fork_of[1] + 1
         row = tx.one(
             f"INSERT INTO runs ({RUN_COLUMNS.replace('pk, ', '')}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', 1, 1, ?, ?, ?) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', 1, ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO NOTHING RETURNING pk",
             (spec.run_id, spec.parent_run_id, spec.agent, spec.mode, dumps(spec.metadata), lease,
-             spec.canonical, self._lease_expiry(spec, now), now, now),
+             spec.canonical, first_seq, self._lease_expiry(spec, now), now, now),
         )
         if row is None:
             existing = self._run(tx, spec.run_id, lock=False)
@@ -360,9 +376,11 @@ class SqlStore(Store):
             return existing, False, []
         # A deleted run's id is not given out again: its old readers would mistake the new run.
         self._refuse_deleted(tx, spec.run_id)
+        if spec.fork_of is not None:
+            forks.inherit(tx, spec.run_id, *spec.fork_of)
         run = self._run(tx, spec.run_id, lock=False)
-        start = self._start_turn(tx, run, 1, 1, now)
-        self._after_commit_notice(tx, run.run_id, 1, 1, start.feed_id)
+        start = self._start_turn(tx, run, 1, first_seq, now)
+        self._after_commit_notice(tx, run.run_id, first_seq, first_seq, start.feed_id)
         return run, True, [start]
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -605,6 +623,15 @@ class SqlStore(Store):
             self._run(tx, run_id, lock=False)  # 404 for an unknown run, [] for a quiet one
         return [event_from_row(row) for row in rows]
 
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        return await self._read(self._inherited_events, run_id)
+
+    def _inherited_events(self, tx: Tx, run_id: str) -> list[StoredEvent]:
+        return [
+            StoredEvent(origin, seq, turn, kind, loads(body), 0.0)
+            for origin, seq, turn, kind, body in forks.inherited_rows(tx, run_id)
+        ]
+
     async def feed_after(self, after: int, parent_run_id: str | None, limit: int) -> list[StoredEvent]:
         return await self._read(self._feed_after, after, parent_run_id, limit)
 
@@ -659,7 +686,7 @@ class SqlStore(Store):
         )
         run_ids = [(row[0],) for row in rows]
         if run_ids:
-            for table in ("events", "turns", "feed", "runs"):
+            for table in ("events", "inherited_events", "turns", "feed", "runs"):
                 tx.many(f"DELETE FROM {table} WHERE run_id = ?", run_ids)
             tx.many(
                 "INSERT INTO deleted_runs (run_id, deleted_at) VALUES (?, ?) ON CONFLICT (run_id) DO NOTHING",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
+from lastword.store import forks
 from lastword.store.sql import SqlStore, Tx, run_in, upgrade_schema
 
 T = TypeVar("T")
@@ -84,7 +85,7 @@ CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REA
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
 """
 
-MIGRATIONS = (SCHEMA, SCHEMA_V2)
+MIGRATIONS = (SCHEMA, SCHEMA_V2, forks.SCHEMA)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.
