@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-COMMANDS = ["serve", "demo", "tail", "result", "push"]
+COMMANDS = ["serve", "demo", "tail", "result", "push", "audit"]
 
 
 def lastword(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:

@@ -106,7 +106,7 @@ def test_max_tokens_partial_in_anthropic_format() -> None:
             {"type": "tool_use", "id": "call_1", "name": "read_file", "input": {"path": "app/config.py"}},
         ]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "call_1", "content": [text("def parse_config(source): ...")]},
+            {"type": "tool_result", "tool_use_id": "call_1", "content": "def parse_config(source): ..."},
         ]},
     ]
     assert answer["omitted"] == [{"runId": RUN, "seq": 9, "reason": "empty"}]
@@ -214,7 +214,7 @@ def test_unanswered_call_gets_an_interrupted_error_result() -> None:
     items = log([user("q"), assistant(text("let me look"), call("c1"), call("c2")), result("c2", "two")])
     answers = both(items)
     assert answers["anthropic"]["messages"][2] == {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "c2", "content": [text("two")]},
+        {"type": "tool_result", "tool_use_id": "c2", "content": "two"},
         {"type": "tool_result", "tool_use_id": "c1", "content": INTERRUPTED_TEXT, "is_error": True},
     ]}
     assert answers["anthropic"]["inserted"] == [{"index": 2, "reason": "interrupted_tool_call", "toolCallId": "c1"}]
@@ -299,7 +299,7 @@ def test_user_message_between_call_and_result_is_placed_after_the_result() -> No
     items = log([user("q"), assistant(call("c1")), user("also this"), result("c1", "r")])
     answers = both(items)
     assert answers["anthropic"]["messages"][2]["content"] == [
-        {"type": "tool_result", "tool_use_id": "c1", "content": [text("r")]}, text("also this")]
+        {"type": "tool_result", "tool_use_id": "c1", "content": "r"}, text("also this")]
     assert [m["role"] for m in answers["openai"]["messages"]] == ["user", "assistant", "tool", "user"]
 
 

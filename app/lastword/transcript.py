@@ -269,9 +269,10 @@ class _History:
             return
         del self.pending[call_id]
         parts: list[Block] = []
+        converted_content: Any = None
         if isinstance(content, str):
-            if _visible(content):
-                parts.append({"type": "text", "text": content})
+            # A string answer stays a string: both formats take one as a result's content.
+            converted_content = content if _visible(content) else None
         elif isinstance(content, list):
             for index, part in enumerate(content):
                 converted, reason = self._result_part(part)
@@ -283,7 +284,7 @@ class _History:
                         self.omit(item, reason or "unsupported_block", block, part=index)
                 else:
                     parts.append(converted)
-        converted_content = self.rules.result_content(parts)
+            converted_content = self.rules.result_content(parts)
         answer = _Answer(call_id, converted_content, is_error is True)
         if converted_content is None:
             answer.repair = "empty_tool_result"
