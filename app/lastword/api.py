@@ -80,7 +80,7 @@ WaitQuery = Annotated[
     response_model=Run,
     response_model_exclude_unset=True,
     responses={200: {"model": Run, "description": "The run existed with the same body."},
-               **problems(400, 409, 413, 415, 422)},
+               **problems(400, 404, 409, 410, 413, 415, 422)},
     openapi_extra=json_body(RunCreate.model_json_schema(ref_template="#/components/schemas/{model}"), required=False),
 )
 async def create_run(request: Request, response: Response) -> dict[str, Any]:
