@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from lastword.fold import BOOKKEEPING_BLOCK_TYPES, final_assistant_output, is_substantive
 from lastword.transcript import (
+    ANTHROPIC_BLOCK_TYPES,
+    ANTHROPIC_RESULT_BLOCK_TYPES,
     EMPTY_RESULT_TEXT,
     INTERRUPTED_TEXT,
     LEADING_USER_TEXT,
@@ -23,7 +25,7 @@ from lastword.transcript import (
     LoggedEvent,
     transcript,
 )
-from tests.transcript_checks import CHECKS, check_anthropic, check_openai
+from tests.transcript_checks import CHECKS, check_anthropic, check_openai, visible
 
 Event = dict[str, Any]
 RUN = "run-1"
@@ -199,6 +201,45 @@ def test_provider_blocks_are_kept_as_sent_for_anthropic_and_left_out_for_openai(
         {"runId": RUN, "seq": 2, "block": 1, "reason": "unsupported_block"},
         {"runId": RUN, "seq": 3, "block": 0, "reason": "unsupported_block"},
     ]
+
+
+def test_a_refusal_is_the_assistant_refusal_for_openai_and_left_out_for_anthropic() -> None:
+    """An OpenAI refusal part becomes the message's refusal; Anthropic has no such block."""
+    items = log([user("q"), assistant({"type": "refusal", "text": "I can't help with that."}),
+                 assistant({"type": "refusal", "text": " "}, text("ok"))])
+    answers = both(items)
+    assert answers["openai"]["messages"][1:] == [
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+        {"role": "assistant", "content": "ok"},
+    ]
+    assert answers["openai"]["omitted"] == [{"runId": RUN, "seq": 4, "block": 0, "reason": "blank_refusal"}]
+    assert answers["anthropic"]["omitted"] == [
+        {"runId": RUN, "seq": 3, "block": 0, "reason": "unsupported_block"},
+        {"runId": RUN, "seq": 3, "reason": "nothing_kept"},
+        {"runId": RUN, "seq": 4, "block": 0, "reason": "unsupported_block"},
+    ]
+
+
+def test_blocks_anthropic_does_not_know_are_left_out() -> None:
+    """Only Anthropic's own block types are passed through as sent; a `file` block is not one."""
+    items = log([user([text("q"), {"type": "file", "url": "file:///x"}]), assistant(text("a"))])
+    assert both(items)["anthropic"]["omitted"] == [{"runId": RUN, "seq": 2, "block": 1, "reason": "unsupported_block"}]
+
+
+def test_passed_through_types_are_the_sdk_block_params() -> None:
+    """The pass-through list is the Anthropic SDK's request block types, less the ones converted."""
+    import typing
+
+    import anthropic.types
+
+    def types_of(union: Any) -> set[str]:
+        return {typing.get_type_hints(t)["type"].__args__[0] for t in typing.get_args(union)}
+
+    converted = {"text", "thinking", "tool_use", "tool_result"}
+    assert ANTHROPIC_BLOCK_TYPES == types_of(anthropic.types.ContentBlockParam) - converted
+    result_content = typing.get_type_hints(anthropic.types.ToolResultBlockParam)["content"]
+    parts = typing.get_args(typing.get_args(result_content)[1])[0]
+    assert ANTHROPIC_RESULT_BLOCK_TYPES <= types_of(parts) - converted
 
 
 def test_extra_fields_of_text_and_tool_blocks_are_not_sent() -> None:
@@ -437,7 +478,12 @@ image = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
 @st.composite
 def blocks(draw: st.DrawFn) -> Event:
     kind = draw(st.sampled_from(
-        ["text", "text", "reasoning", "tool_call", "tool_result", "bookkeeping", "redacted", "image"]))
+        ["text", "text", "reasoning", "tool_call", "tool_result", "bookkeeping", "redacted", "image", "refusal",
+         "file"]))
+    if kind == "refusal":
+        return {"type": "refusal", "text": draw(texts)}
+    if kind == "file":
+        return {"type": "file", "url": "file:///x"}
     if kind == "text":
         return text(draw(texts))
     if kind == "reasoning":
@@ -566,12 +612,17 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
     assert block is not None
     if block["type"] == "tool_result" and event["type"] == "user/message":
         return reason in ("unknown_tool_call", "already_answered")
+    handled = {"text", "tool_call", "reasoning", "tool_result", *BOOKKEEPING_BLOCK_TYPES}
     return {
-        "blank_text": block["type"] == "text" and not is_substantive(block),
+        "blank_text": block["type"] == "text" and not visible(block["text"]),
+        "blank_refusal": block["type"] == "refusal" and not visible(block["text"])
+        and fmt == "openai" and event["type"] == "assistant/message",
         "bookkeeping": block["type"] in BOOKKEEPING_BLOCK_TYPES,
         "unsigned_reasoning": fmt == "anthropic" and block["type"] == "reasoning" and not block.get("signature"),
         "reasoning": fmt == "openai" and block["type"] == "reasoning",
-        "unsupported_block": fmt == "openai" and block["type"] not in ("text", "tool_call", "reasoning"),
+        "unsupported_block": (fmt == "openai" and block["type"] not in ("text", "tool_call", "reasoning", "refusal"))
+        or (fmt == "openai" and block["type"] == "refusal" and event["type"] == "user/message")
+        or (fmt == "anthropic" and block["type"] not in ANTHROPIC_BLOCK_TYPES | handled),
         "duplicate_tool_call": block["type"] == "tool_call",
         "misplaced_tool_result": block["type"] == "tool_result" and event["type"] == "assistant/message",
         "misplaced_block": event["type"] == "user/message" and block["type"] in ("reasoning", "tool_call"),
@@ -615,6 +666,8 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
                 assert message["role"] == role
                 joined = [b if isinstance(b, str) else b["text"] for b in kept if isinstance(b, str) or b["type"] == "text"]
                 assert message["content"] == ("\n\n".join(joined) if joined else None)
+                refusals = [b["text"] for b in kept if not isinstance(b, str) and b["type"] == "refusal"]
+                assert message.get("refusal") == ("\n\n".join(refusals) if refusals else None)
                 calls = [b["id"] for b in kept if not isinstance(b, str) and b["type"] == "tool_call"]
                 assert [c["id"] for c in message.get("tool_calls", [])] == calls
         # Every answer in the output answers a call; every inserted answer is a repair listed.

@@ -88,11 +88,12 @@ def check_openai(messages: list[dict[str, Any]]) -> None:
             assert set(message) == {"role", "content"} and visible(message["content"])
         else:
             assert role == "assistant"
-            assert set(message) <= {"role", "content", "tool_calls"}
+            assert set(message) <= {"role", "content", "tool_calls", "refusal"}
             content = message["content"]
             assert content is None or visible(content)
+            assert "refusal" not in message or visible(message["refusal"])
             calls = message.get("tool_calls", [])
-            assert content is not None or calls, "an assistant message has text or tool calls"
+            assert content is not None or calls or "refusal" in message, "an assistant message says something"
             if "tool_calls" in message:
                 assert calls
             for call in calls:

@@ -162,8 +162,8 @@ class Omission(BaseModel):
     seq: int
     block: int | None = Field(None, description="The index of the left-out block in the event's content.")
     reason: str = Field(
-        description="empty, nothing_kept, blank_text, bookkeeping, unsigned_reasoning, reasoning, "
-        "unsupported_block, misplaced_block, misplaced_tool_result, duplicate_tool_call, "
+        description="empty, nothing_kept, blank_text, blank_refusal, bookkeeping, unsigned_reasoning, "
+        "reasoning, unsupported_block, misplaced_block, misplaced_tool_result, duplicate_tool_call, "
         "unknown_tool_call, already_answered"
     )
 

@@ -47,10 +47,22 @@ EMPTY_RESULT_TEXT = "(the tool returned no content)"
 #: The user message put first when an Anthropic history would start with the assistant.
 LEADING_USER_TEXT = "(the conversation continues from here)"
 
+#: Anthropic's own request block types, sent as they were logged ("provider blocks kept as
+#: sent"); any other unknown type (``file``, an OpenAI ``refusal``, …) would be refused there.
+ANTHROPIC_BLOCK_TYPES = frozenset({
+    "image", "document", "search_result", "redacted_thinking", "server_tool_use",
+    "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+    "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
+    "tool_search_tool_result", "container_upload",
+})
+#: What an Anthropic tool result's content may hold besides text.
+ANTHROPIC_RESULT_BLOCK_TYPES = frozenset({"image", "document", "search_result"})
+
 #: Reasons a block is left out that lose something a model saw (the rest is noise).
-SUBSTANTIVE_LOSS = frozenset(
-    {"unsigned_reasoning", "reasoning", "unsupported_block", "duplicate_tool_call", "misplaced_block"}
-)
+SUBSTANTIVE_LOSS = frozenset({
+    "unsigned_reasoning", "reasoning", "unsupported_block", "duplicate_tool_call", "misplaced_block",
+    "blank_refusal",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +148,13 @@ def _anthropic_assistant_block(block: Mapping[str, Any]) -> tuple[Block | None, 
         return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}, None
     if kind == "tool_result":
         return None, "misplaced_tool_result"  # results answer calls; never an assistant's block
-    return dict(block), None  # redacted_thinking, server tool blocks, images: as sent
+    return _anthropic_as_sent(block, ANTHROPIC_BLOCK_TYPES)
+
+
+def _anthropic_as_sent(block: Mapping[str, Any], allowed: frozenset[str]) -> tuple[Block | None, str | None]:
+    if block.get("type") in allowed:
+        return dict(block), None  # redacted_thinking, server tool blocks, images: as sent
+    return None, "unsupported_block"
 
 
 def _anthropic_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
@@ -147,7 +165,18 @@ def _anthropic_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str |
         return None, "bookkeeping"
     if kind in ("reasoning", "tool_call", "tool_result"):
         return None, "misplaced_block"
-    return dict(block), None
+    return _anthropic_as_sent(block, ANTHROPIC_BLOCK_TYPES)
+
+
+def _anthropic_result_part(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+    kind = block.get("type")
+    if kind == "text":
+        return _text_or_reason(block)
+    if kind in BOOKKEEPING_BLOCK_TYPES:
+        return None, "bookkeeping"
+    if kind in ("reasoning", "tool_call", "tool_result"):
+        return None, "misplaced_block"
+    return _anthropic_as_sent(block, ANTHROPIC_RESULT_BLOCK_TYPES)
 
 
 def _openai_assistant_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
@@ -162,6 +191,10 @@ def _openai_assistant_block(block: Mapping[str, Any]) -> tuple[Block | None, str
         return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}, None
     if kind == "tool_result":
         return None, "misplaced_tool_result"  # results answer calls; never an assistant's block
+    if kind == "refusal":
+        if _visible(block.get("text")):
+            return {"type": "refusal", "text": block["text"]}, None  # the message's ``refusal``
+        return None, "blank_refusal"
     return None, "unsupported_block"
 
 
@@ -180,6 +213,7 @@ def _openai_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str | No
 class _Rules:
     assistant_block: Converter
     user_block: Converter
+    result_part: Converter
     #: Converted result blocks → the answer's content (``None`` when nothing is left).
     result_content: Callable[[list[Block]], Any]
 
@@ -193,8 +227,10 @@ def _openai_result_content(blocks: list[Block]) -> Any:
 
 
 RULES: dict[Format, _Rules] = {
-    "anthropic": _Rules(_anthropic_assistant_block, _anthropic_user_block, _anthropic_result_content),
-    "openai": _Rules(_openai_assistant_block, _openai_user_block, _openai_result_content),
+    "anthropic": _Rules(
+        _anthropic_assistant_block, _anthropic_user_block, _anthropic_result_part, _anthropic_result_content
+    ),
+    "openai": _Rules(_openai_assistant_block, _openai_user_block, _openai_user_block, _openai_result_content),
 }
 
 
@@ -275,7 +311,7 @@ class _History:
             converted_content = content if _visible(content) else None
         elif isinstance(content, list):
             for index, part in enumerate(content):
-                converted, reason = self._result_part(part)
+                converted, reason = self.rules.result_part(part)
                 if converted is None:
                     # A result block inside a user message names its part within that block.
                     if block is None:
@@ -289,13 +325,6 @@ class _History:
         if converted_content is None:
             answer.repair = "empty_tool_result"
         self.side.answers.append(answer)
-
-    def _result_part(self, part: Mapping[str, Any]) -> tuple[Block | None, str | None]:
-        """One block of a tool result's content: what a tool may answer in this format."""
-        kind = part.get("type")
-        if kind in ("reasoning", "tool_call", "tool_result"):
-            return None, "misplaced_block"
-        return self.rules.user_block(part)
 
     def user_message(self, item: LoggedEvent) -> None:
         content = (item.event.get("message") or {}).get("content")
@@ -423,6 +452,9 @@ def _openai_messages(history: _History) -> tuple[list[dict[str, Any]], list[dict
     for assistant, side in history.turns:
         texts = [block["text"] for block in assistant.blocks if block["type"] == "text"]
         message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+        refusals = [block["text"] for block in assistant.blocks if block["type"] == "refusal"]
+        if refusals:
+            message["refusal"] = "\n\n".join(refusals)
         calls = [
             {"id": block["id"], "type": "function",
              "function": {"name": block["name"], "arguments": _arguments(block["input"])}}
