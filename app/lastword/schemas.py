@@ -18,8 +18,9 @@ class ForkOf(_Strict):
     """The run a fork continues, and the last ``seq`` of that run's log it inherits (SPEC §12)."""
 
     runId: str = Field(pattern=RUN_ID_PATTERN, description="The parent run (itself possibly a fork).")
+    # At most 2**53 - 1: JSON readers hold larger numbers inexactly, and no log gets that long.
     afterSeq: int = Field(
-        ge=0, le=2**63 - 2,
+        ge=0, le=2**53 - 1,
         description="Inherit the parent's history up to and including this seq; 0 inherits nothing.",
     )
 
