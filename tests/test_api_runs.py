@@ -231,7 +231,7 @@ def test_list_refuses_a_bad_cursor(shared_api: httpx.Client, cursor: str) -> Non
     assert_problem(shared_api.get("/v1/runs", params={"cursor": cursor}), 400, "invalid_cursor")
 
 
-@pytest.mark.parametrize("params", [{"status": "sleeping"}, {"limit": 0}, {"limit": 501}, {"limit": "many"}])
+@pytest.mark.parametrize("params", [{"status": "sleeping"}, {"limit": 0}, {"limit": -1}, {"limit": "many"}])
 def test_list_refuses_bad_parameters(shared_api: httpx.Client, params: dict[str, Any]) -> None:
     """An unknown status or a limit out of range is a 422 problem."""
     assert_problem(shared_api.get("/v1/runs", params=params), 422, "validation_error")
