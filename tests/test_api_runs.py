@@ -101,7 +101,7 @@ def test_create_is_idempotent_for_the_same_body(shared_api: httpx.Client) -> Non
     assert again.status_code == 200
     assert again.json()["runId"] == body["runId"]
     assert again.json()["createdAt"] == first["createdAt"]
-    assert len(of_type(shared_api, body["runId"], "subagent/start")) == 1
+    assert len(of_type(shared_api, str(body["runId"]), "subagent/start")) == 1
 
 
 def test_create_with_a_different_body_conflicts(shared_api: httpx.Client) -> None:
