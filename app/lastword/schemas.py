@@ -86,7 +86,7 @@ class SubagentResult(BaseModel):
     runId: str
     turn: int
     status: Literal["running", "ended"]
-    stopReason: str | None = None
+    stopReason: StopReason | None = None
     isError: bool
     output: list[dict[str, Any]]
     usage: Usage
