@@ -236,6 +236,7 @@ def test_a_joining_run_answers_the_whole_reply(shared_api: httpx.Client) -> None
 
 def test_selection_is_validated(shared_api: httpx.Client) -> None:
     """An unknown selection option or a non-boolean is refused with 422."""
+    bad: Any
     for bad in ({"joinContinuations": "yes"}, {"other": True}, []):
         answer = shared_api.post("/v1/runs", json={"selection": bad})
         assert answer.status_code == 422, answer.text

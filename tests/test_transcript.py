@@ -512,7 +512,8 @@ def events(draw: st.DrawFn) -> Event:
         "other_chunk", "step", "x", "turn_end",
     ]))
     if kind == "message":
-        extra = draw(st.sampled_from([{}, {"stopReason": "max_tokens"}, {"usage": {"inputTokens": 1, "outputTokens": 2}}]))
+        extra: dict[str, Any] = draw(st.sampled_from(
+            [{}, {"stopReason": "max_tokens"}, {"usage": {"inputTokens": 1, "outputTokens": 2}}]))
         return assistant(*draw(st.lists(blocks(), max_size=4)), **extra)
     if kind == "empty":
         return assistant(usage={"inputTokens": 5, "outputTokens": 7})
@@ -558,7 +559,7 @@ def expected_units(items: list[LoggedEvent], answer: dict[str, Any]) -> list[Any
         if (item.run_id, item.turn) != key:
             close_turn()
             key, turn_events = (item.run_id, item.turn), []
-        event = item.event
+        event = dict(item.event)
         turn_events.append(event)
         if event["type"] not in ("assistant/message", "user/message"):
             continue
@@ -613,7 +614,7 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
     if block["type"] == "tool_result" and event["type"] == "user/message":
         return reason in ("unknown_tool_call", "already_answered")
     handled = {"text", "tool_call", "reasoning", "tool_result", *BOOKKEEPING_BLOCK_TYPES}
-    return {
+    return bool({
         "blank_text": block["type"] == "text" and not visible(block["text"]),
         "blank_refusal": block["type"] == "refusal" and not visible(block["text"])
         and fmt == "openai" and event["type"] == "assistant/message",
@@ -626,7 +627,7 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
         "duplicate_tool_call": block["type"] == "tool_call",
         "misplaced_tool_result": block["type"] == "tool_result" and event["type"] == "assistant/message",
         "misplaced_block": event["type"] == "user/message" and block["type"] in ("reasoning", "tool_call"),
-    }.get(reason, False)
+    }.get(reason, False))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -640,7 +641,7 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
         units = expected_units(items, answer)
         messages = answer["messages"]
         for entry in answer["omitted"]:
-            event = by_seq[(entry["runId"], entry["seq"])]
+            event = dict(by_seq[(entry["runId"], entry["seq"])])
             assert event["type"] in ("assistant/message", "user/message", "tool/result")
             assert justified(entry, event, fmt), (entry, event)
         # Count in, count out: substantive blocks either appear or are omitted for a loss reason.
@@ -679,7 +680,7 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
 
 def test_checks_refuse_what_providers_refuse() -> None:
     """The invariant checks can fail: each refuses a history a provider answers with 400."""
-    bad_anthropic = [
+    bad_anthropic: list[list[dict[str, Any]]] = [
         [{"role": "assistant", "content": [text("a")]}],
         [{"role": "user", "content": []}],
         [{"role": "user", "content": [text(" ")]}],
@@ -691,7 +692,7 @@ def test_checks_refuse_what_providers_refuse() -> None:
     for messages in bad_anthropic:
         with pytest.raises((AssertionError, ValueError)):
             check_anthropic(messages)
-    bad_openai = [
+    bad_openai: list[list[dict[str, Any]]] = [
         [{"role": "user", "content": ""}],
         [{"role": "assistant", "content": None}],
         [{"role": "tool", "tool_call_id": "c", "content": "x"}],

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lastword.limits import MAX_USAGE_TOTAL
 from lastword.stop_reasons import normalise_stop_reason
 
 Block = dict[str, Any]
@@ -36,7 +37,6 @@ BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
 JOIN_STOPPING_TYPES = frozenset({"tool/result", "user/message"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-MAX_USAGE_TOTAL = 2**63 - 1
 
 
 def is_substantive(block: Mapping[str, Any]) -> bool:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from lastword.errors import NotFound, Unprocessable
+from lastword.errors import ForkAfterSeqOutOfRange, ForkParentNotFound
+from lastword.records import StoredEvent
+from lastword.store.rows import loads
 
 #: The events a transcript is made of; nothing else of a parent's log is needed by a fork.
 HISTORY_TYPES = ("assistant/chunk", "assistant/message", "tool/result", "user/message")
@@ -52,14 +54,11 @@ def inherit(tx: Cursor, run_id: str, parent_run_id: str, after_seq: int) -> None
         "SELECT last_seq FROM runs WHERE run_id = ?", (parent_run_id,)
     )
     if row is None:
-        raise NotFound(
-            f"forkOf names run {parent_run_id!r}, which does not exist",
-            code="fork_parent_not_found", runId=parent_run_id,
-        )
+        raise ForkParentNotFound(f"forkOf names run {parent_run_id!r}, which does not exist", runId=parent_run_id)
     if after_seq > row[0]:
-        raise Unprocessable(
+        raise ForkAfterSeqOutOfRange(
             f"forkOf.afterSeq {after_seq} is past the last seq ({row[0]}) of run {parent_run_id!r}",
-            code="fork_after_seq_out_of_range", field="forkOf.afterSeq", lastSeq=row[0],
+            field="forkOf.afterSeq", lastSeq=row[0],
         )
     marks = ", ".join("?" * len(HISTORY_TYPES))
     tx.run(
@@ -76,10 +75,14 @@ def inherit(tx: Cursor, run_id: str, parent_run_id: str, after_seq: int) -> None
     )
 
 
-def inherited_rows(tx: Cursor, run_id: str) -> list[Any]:
-    """The fork's inherited events as ``(origin_run_id, seq, origin_turn, type, body)``, in order."""
-    return tx.all(
+def inherited_events(tx: Cursor, run_id: str) -> list[StoredEvent]:
+    """The fork's inherited events in ``seq`` order, each under the run and turn that logged it."""
+    rows = tx.all(
         "SELECT origin_run_id, seq, origin_turn, type, body FROM inherited_events "
         "WHERE run_id = ? ORDER BY seq",
         (run_id,),
     )
+    return [
+        StoredEvent(run_id=origin, seq=seq, turn=turn, type=kind, body=loads(body), received_at=0.0)
+        for origin, seq, turn, kind, body in rows
+    ]
