@@ -8,6 +8,7 @@ listed with a true reason, and that no substantive block is lost (count in, coun
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -630,7 +631,11 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
     }.get(reason, False))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Examples of the property test; the mutation script lowers it (each mutant runs the test again).
+EXAMPLES = int(os.environ.get("LASTWORD_TRANSCRIPT_EXAMPLES", "400"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories)
 def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
     """For any log: provider-valid shapes, every §12 invariant, every omission listed with a true
