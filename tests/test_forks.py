@@ -184,3 +184,20 @@ def test_fork_keeps_its_history_when_the_parent_is_deleted(make_settings: Any) -
         api.post(f"/v1/runs/{child}/end", json={"stopReason": "completed"}).raise_for_status()
         assert _wait_gone(api, child).status_code == 410
         assert api.get(f"/v1/runs/{child}/messages", params={"format": "openai"}).status_code == 410
+
+
+def test_run_state_numbers_a_fork_from_its_boundary() -> None:
+    """The state machine starts a fork's turn 1 at afterSeq + 1, a plain run's at 1."""
+    from lastword import runstate
+    from lastword.records import RunSpec
+
+    def spec(fork_of: tuple[str, int] | None) -> RunSpec:
+        return RunSpec(run_id="r", parent_run_id=None, agent=None, mode="oneshot", metadata={},
+                       lease_seconds=None, canonical="{}", fork_of=fork_of)
+
+    forked = runstate.create(spec(("parent", 7)), 100.0, 0)
+    assert forked.run.last_seq == 8
+    assert forked.started is not None and forked.started.start_seq == 8
+    assert [event.seq for event in forked.events] == [8]
+    plain = runstate.create(spec(None), 100.0, 0)
+    assert plain.run.last_seq == 1 and [event.seq for event in plain.events] == [1]
