@@ -367,6 +367,31 @@ def test_user_message_of_only_results_is_not_listed() -> None:
         assert answer["omitted"] == []
 
 
+def test_what_a_user_message_cannot_hold_is_listed() -> None:
+    """Bookkeeping, a tool call and reasoning in a user message are each left out with their reason."""
+    items = log([user([{"type": "step-finish"}, call("c9"), {"type": "reasoning", "text": "r", "signature": "s"},
+                       text("kept")])])
+    for answer in both(items).values():
+        assert answer["omitted"] == [
+            {"runId": RUN, "seq": 2, "block": 0, "reason": "bookkeeping"},
+            {"runId": RUN, "seq": 2, "block": 1, "reason": "misplaced_block"},
+            {"runId": RUN, "seq": 2, "block": 2, "reason": "misplaced_block"},
+        ]
+
+
+def test_what_a_tool_result_cannot_hold_is_listed() -> None:
+    """Inside a result: a nested result or a call is misplaced, bookkeeping is bookkeeping."""
+    nested = {"type": "tool_result", "toolCallId": "c1", "content": "x"}
+    items = log([user("q"), assistant(call("c1")),
+                 result("c1", [nested, {"type": "patch"}, call("c2"), text("fine")])])
+    for answer in both(items).values():
+        assert answer["omitted"] == [
+            {"runId": RUN, "seq": 4, "block": 0, "reason": "misplaced_block"},
+            {"runId": RUN, "seq": 4, "block": 1, "reason": "bookkeeping"},
+            {"runId": RUN, "seq": 4, "block": 2, "reason": "misplaced_block"},
+        ]
+
+
 def test_misplaced_blocks_in_messages() -> None:
     """A tool_result block in an assistant message, or reasoning in a user message, is misplaced."""
     items = log([user([text("q"), {"type": "reasoning", "text": "r"}]),

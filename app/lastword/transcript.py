@@ -158,12 +158,13 @@ def _anthropic_as_sent(block: Mapping[str, Any], allowed: frozenset[str]) -> tup
 
 
 def _anthropic_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+    # A user message's tool_result blocks never get here: they are answers (_History.user_message).
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
         return None, "bookkeeping"
-    if kind in ("reasoning", "tool_call", "tool_result"):
+    if kind in ("reasoning", "tool_call"):
         return None, "misplaced_block"
     return _anthropic_as_sent(block, ANTHROPIC_BLOCK_TYPES)
 
