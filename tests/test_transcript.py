@@ -360,6 +360,14 @@ def test_results_inside_a_user_message_answer_their_calls() -> None:
         ]
 
 
+def test_a_repeated_result_block_in_a_user_message_is_already_answered() -> None:
+    """A result block for a call answered before is listed with its block index."""
+    items = log([user("q"), assistant(call("c1")), result("c1", "r"),
+                 user([text("and"), {"type": "tool_result", "toolCallId": "c1", "content": "again"}])])
+    for answer in both(items).values():
+        assert answer["omitted"] == [{"runId": RUN, "seq": 5, "block": 1, "reason": "already_answered"}]
+
+
 def test_user_message_of_only_results_is_not_listed() -> None:
     """A user message made only of answers contributed them: it is not left out."""
     items = log([user("q"), assistant(call("c1")), user([{"type": "tool_result", "toolCallId": "c1", "content": "r"}])])

@@ -118,96 +118,96 @@ class _Side:
         return bool(self.answers or self.users)
 
 
-#: A block converter: the format's block, or ``None`` and the reason it is left out.
-Converter = Callable[[Mapping[str, Any]], tuple[Block | None, str | None]]
+#: A block converter: the format's block, or the reason it is left out (a string).
+Converter = Callable[[Mapping[str, Any]], Block | str]
 
 
 def _visible(text: Any) -> bool:
     return isinstance(text, str) and text != "" and not text.isspace()
 
 
-def _text_or_reason(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _text_or_reason(block: Mapping[str, Any]) -> Block | str:
     text = block.get("text")
     if _visible(text):
-        return {"type": "text", "text": text}, None
-    return None, "blank_text"
+        return {"type": "text", "text": text}
+    return "blank_text"
 
 
-def _anthropic_assistant_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _anthropic_assistant_block(block: Mapping[str, Any]) -> Block | str:
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
-        return None, "bookkeeping"
+        return "bookkeeping"
     if kind == "reasoning":
         signature = block.get("signature")
         if not isinstance(signature, str) or not signature:
-            return None, "unsigned_reasoning"
-        return {"type": "thinking", "thinking": block.get("text", ""), "signature": signature}, None
+            return "unsigned_reasoning"
+        return {"type": "thinking", "thinking": block["text"], "signature": signature}
     if kind == "tool_call":
-        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}, None
+        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
     if kind == "tool_result":
-        return None, "misplaced_tool_result"  # results answer calls; never an assistant's block
+        return "misplaced_tool_result"  # results answer calls; never an assistant's block
     return _anthropic_as_sent(block, ANTHROPIC_BLOCK_TYPES)
 
 
-def _anthropic_as_sent(block: Mapping[str, Any], allowed: frozenset[str]) -> tuple[Block | None, str | None]:
+def _anthropic_as_sent(block: Mapping[str, Any], allowed: frozenset[str]) -> Block | str:
     if block.get("type") in allowed:
-        return dict(block), None  # redacted_thinking, server tool blocks, images: as sent
-    return None, "unsupported_block"
+        return dict(block)  # redacted_thinking, server tool blocks, images: as sent
+    return "unsupported_block"
 
 
-def _anthropic_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _anthropic_user_block(block: Mapping[str, Any]) -> Block | str:
     # A user message's tool_result blocks never get here: they are answers (_History.user_message).
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
-        return None, "bookkeeping"
+        return "bookkeeping"
     if kind in ("reasoning", "tool_call"):
-        return None, "misplaced_block"
+        return "misplaced_block"
     return _anthropic_as_sent(block, ANTHROPIC_BLOCK_TYPES)
 
 
-def _anthropic_result_part(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _anthropic_result_part(block: Mapping[str, Any]) -> Block | str:
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
-        return None, "bookkeeping"
+        return "bookkeeping"
     if kind in ("reasoning", "tool_call", "tool_result"):
-        return None, "misplaced_block"
+        return "misplaced_block"
     return _anthropic_as_sent(block, ANTHROPIC_RESULT_BLOCK_TYPES)
 
 
-def _openai_assistant_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _openai_assistant_block(block: Mapping[str, Any]) -> Block | str:
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
-        return None, "bookkeeping"
+        return "bookkeeping"
     if kind == "reasoning":
-        return None, "reasoning"
+        return "reasoning"
     if kind == "tool_call":
-        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}, None
+        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
     if kind == "tool_result":
-        return None, "misplaced_tool_result"  # results answer calls; never an assistant's block
+        return "misplaced_tool_result"  # results answer calls; never an assistant's block
     if kind == "refusal":
         if _visible(block.get("text")):
-            return {"type": "refusal", "text": block["text"]}, None  # the message's ``refusal``
-        return None, "blank_refusal"
-    return None, "unsupported_block"
+            return {"type": "refusal", "text": block["text"]}  # the message's ``refusal``
+        return "blank_refusal"
+    return "unsupported_block"
 
 
-def _openai_user_block(block: Mapping[str, Any]) -> tuple[Block | None, str | None]:
+def _openai_user_block(block: Mapping[str, Any]) -> Block | str:
     kind = block.get("type")
     if kind == "text":
         return _text_or_reason(block)
     if kind in BOOKKEEPING_BLOCK_TYPES:
-        return None, "bookkeeping"
+        return "bookkeeping"
     if kind in ("reasoning", "tool_call", "tool_result"):
-        return None, "misplaced_block"
-    return None, "unsupported_block"
+        return "misplaced_block"
+    return "unsupported_block"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,15 +279,15 @@ class _History:
         kept: list[Block] = []
         ids_here: set[str] = set()
         for index, block in enumerate(content):
-            converted, reason = self.rules.assistant_block(block)
-            if converted is not None and converted.get("type") == "tool_use":
+            converted = self.rules.assistant_block(block)
+            if not isinstance(converted, str) and converted["type"] == "tool_use":
                 call_id = converted["id"]
                 if call_id in self.calls_seen or call_id in ids_here:
-                    converted, reason = None, "duplicate_tool_call"
+                    converted = "duplicate_tool_call"
                 else:
                     ids_here.add(call_id)
-            if converted is None:
-                self.omit(item, reason or "unsupported_block", index)
+            if isinstance(converted, str):
+                self.omit(item, converted, index)
             else:
                 kept.append(converted)
         if not kept:
@@ -305,22 +305,20 @@ class _History:
             self.omit(item, "already_answered", block)
             return
         del self.pending[call_id]
-        parts: list[Block] = []
-        converted_content: Any = None
+        converted_content: Any
         if isinstance(content, str):
             # A string answer stays a string: both formats take one as a result's content.
             converted_content = content if _visible(content) else None
-        elif isinstance(content, list):
+        else:  # blocks (validated at ingest: a string or a list)
+            parts: list[Block] = []
             for index, part in enumerate(content):
-                converted, reason = self.rules.result_part(part)
-                if converted is None:
-                    # A result block inside a user message names its part within that block.
-                    if block is None:
-                        self.omit(item, reason or "unsupported_block", index)
-                    else:
-                        self.omit(item, reason or "unsupported_block", block, part=index)
-                else:
+                converted = self.rules.result_part(part)
+                if not isinstance(converted, str):
                     parts.append(converted)
+                elif block is None:
+                    self.omit(item, converted, index)
+                else:  # a result block inside a user message names its part within that block
+                    self.omit(item, converted, block, part=index)
             converted_content = self.rules.result_content(parts)
         answer = _Answer(call_id, converted_content, is_error is True)
         if converted_content is None:
@@ -344,9 +342,9 @@ class _History:
                 self.tool_answer(item, block.get("toolCallId"), block.get("content"), block.get("isError"), index)
                 answered = True
                 continue
-            converted, reason = self.rules.user_block(block)
-            if converted is None:
-                self.omit(item, reason or "unsupported_block", index)
+            converted = self.rules.user_block(block)
+            if isinstance(converted, str):
+                self.omit(item, converted, index)
             else:
                 kept.append(converted)
         if kept:
