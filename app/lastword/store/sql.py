@@ -370,13 +370,13 @@ class SqlStore(Store):
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: str | None, agent: str | None,
-        limit: int, before_pk: int | None,
+        limit: int, before_pk: int | None, stop_reason: str | None = None,
     ) -> list[RunRecord]:
-        return await self._read(self._list_runs, parent_run_id, status, agent, limit, before_pk)
+        return await self._read(self._list_runs, parent_run_id, status, agent, limit, before_pk, stop_reason)
 
     def _list_runs(
         self, tx: Tx, parent_run_id: str | None, status: str | None, agent: str | None,
-        limit: int, before_pk: int | None,
+        limit: int, before_pk: int | None, stop_reason: str | None,
     ) -> list[RunRecord]:
         where: list[str] = []
         params: list[Any] = []
@@ -384,6 +384,11 @@ class SqlStore(Store):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if stop_reason is not None:
+            # The stop reason of the run's current (latest) turn; an open turn has none.
+            where.append("EXISTS (SELECT 1 FROM turns t WHERE t.run_id = runs.run_id "
+                         "AND t.turn = runs.turn AND t.stop_reason = ?)")
+            params.append(stop_reason)
         if before_pk is not None:
             where.append("pk < ?")
             params.append(before_pk)
@@ -392,6 +397,18 @@ class SqlStore(Store):
             sql += " WHERE " + " AND ".join(where)
         rows = tx.all(sql + " ORDER BY pk DESC LIMIT ?", (*params, limit))
         return [run_from_row(row) for row in rows]
+
+    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
+        return await self._read(self._current_turns, list(run_ids)) if run_ids else {}
+
+    def _current_turns(self, tx: Tx, run_ids: list[str]) -> dict[str, TurnRecord]:
+        columns = ", ".join("t." + column.strip() for column in TURN_COLUMNS.split(","))
+        rows = tx.all(
+            f"SELECT {columns} FROM turns t JOIN runs r ON r.run_id = t.run_id AND r.turn = t.turn "
+            f"WHERE t.run_id IN ({','.join('?' * len(run_ids))})",
+            run_ids,
+        )
+        return {row[0]: turn_from_row(row) for row in rows}
 
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
