@@ -57,8 +57,8 @@
     agents: new Set(),
     fetching: new Set(),
   };
-  const stats = { firstRenderMs: null, renders: 0 };
-  window.lastwordDashboard = { stats, state };
+  const stats = { firstRenderMs: null, renders: 0, slowestRenderMs: 0 };
+  window.lastwordDashboard = { stats, state, get feed() { return feed; } };
 
   // ---- talking to the API ---------------------------------------------------------------------
 
@@ -471,6 +471,7 @@
     const entry = state.runs.get(detail.runId);
     if (!entry) return;
     const run = entry.run;
+    $('d-live-sec').dataset.live = String(run.status === 'running');
     if (run.status === 'running') {
       $('d-live-sec').hidden = false;
       if (!detail.source) openRunStream();
@@ -628,6 +629,7 @@
 
   function markDirty(entry) {
     entry.dirty = true;
+    entry.changes = (entry.changes || 0) + 1;
     scheduleRender();
   }
 
@@ -648,15 +650,16 @@
       entry.row = row;
       entry.dirty = true;
     }
-    const shape = `${item.depth}|${item.hasChildren}|${item.childCount}|${state.collapsed.has(run.runId)}|${item.setSize}|${item.position}`;
+    // Where the row sits changes often (a sibling arrives): attributes only, no rebuild.
+    if (row.getAttribute('aria-setsize') !== String(item.setSize)) row.setAttribute('aria-setsize', String(item.setSize));
+    if (row.getAttribute('aria-posinset') !== String(item.position)) row.setAttribute('aria-posinset', String(item.position));
+    const shape = `${item.depth}|${item.hasChildren}|${item.childCount}|${state.collapsed.has(run.runId)}`;
     if (!entry.dirty && row.dataset.shape === shape) return row;
     entry.dirty = false;
     row.dataset.shape = shape;
     row.dataset.status = run.status;
     row.dataset.stopReason = (result && result.stopReason) || '';
     row.setAttribute('aria-level', String(item.depth));
-    row.setAttribute('aria-setsize', String(item.setSize));
-    row.setAttribute('aria-posinset', String(item.position));
     if (item.hasChildren) row.setAttribute('aria-expanded', String(!state.collapsed.has(run.runId)));
     else row.removeAttribute('aria-expanded');
     row.setAttribute('aria-selected', String(state.selected === run.runId));
@@ -689,6 +692,7 @@
   }
 
   function render() {
+    const began = performance.now();
     const items = layout();
     const tree = $('tree');
     const rows = items.map(renderRow);
@@ -696,9 +700,15 @@
     const sameOrder = ids.length === state.order.length && ids.every((id, index) => id === state.order[index]);
     if (!sameOrder) {
       const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest('.row');
-      tree.replaceChildren(...rows);
+      // Move only what moved: a new run is one insertion, not a rebuild of the whole list.
+      let cursor = tree.firstChild;
+      for (const row of rows) {
+        if (row === cursor) { cursor = cursor.nextSibling; continue; }
+        tree.insertBefore(row, cursor);
+      }
+      while (cursor) { const next = cursor.nextSibling; cursor.remove(); cursor = next; }
       state.order = ids;
-      if (focused && focused.isConnected) focused.focus({ preventScroll: true });
+      if (focused && focused.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
     }
     ensureTabStop(rows);
     $('empty').hidden = rows.length > 0 || Boolean(state.loading);
@@ -708,11 +718,15 @@
     more.disabled = Boolean(state.loading);
     $('count').textContent = `${rows.length} shown${state.hasMore ? ', more to load' : ''}`;
     stats.renders += 1;
+    stats.slowestRenderMs = Math.max(stats.slowestRenderMs, performance.now() - began);
     if (stats.firstRenderMs === null && rows.length > 0) {
       stats.firstRenderMs = performance.now();
       performance.mark('lastword:first-render');
     }
-    if (state.selected && detail.runId === state.selected) renderDetailHead();
+    const selected = state.selected && state.runs.get(state.selected);
+    if (selected && detail.runId === state.selected && selected.headShown !== selected.changes) {
+      renderDetailHead();
+    }
   }
 
   function ensureTabStop(rows) {
@@ -733,6 +747,7 @@
   function renderDetailHead() {
     const entry = state.runs.get(detail.runId);
     if (!entry) return;
+    entry.headShown = entry.changes;
     const { run, result } = entry;
     const title = $('d-title');
     title.replaceChildren(run.agent || '(no agent)', ' ', el('span', { class: 'rid', text: run.runId }));
@@ -956,7 +971,8 @@
     $('f-stop').addEventListener('change', onFilter);
     $('f-agent').addEventListener('change', onFilter);
     $('filters').addEventListener('reset', () => {
-      setTimeout(() => { state.filters.q = ''; onFilter(); render(); }, 0);
+      // The form clears its fields after this event: read them once it has.
+      setTimeout(() => { state.filters.q = search.value.trim(); onFilter(); render(); }, 0);
     });
     $('d-copy').addEventListener('click', async () => {
       const href = $('d-link').href;
