@@ -309,6 +309,63 @@ def test_filters_search_link_and_keyboard(browser: Any, tmp_path: Path) -> None:
             tab.close()
 
 
+def test_the_transcript_is_shown_where_the_server_has_one(browser: Any, tmp_path: Path) -> None:
+    """An ended run shows its transcript when the server answers GET …/messages, and the page
+    does without it (the section stays hidden, nothing breaks) on a server that does not."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        run_id = create(api, agent="replayed")
+        events = [
+            {"type": "user/message", "message": {"content": "Find the callers of parse_config."}},
+            {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "Three callers."}]}},
+            {"type": "turn/end", "stopReason": "end_turn"},
+        ]
+        assert api.post(f"/v1/runs/{run_id}/events", json=events).status_code == 200
+        has_transcript = api.get(f"/v1/runs/{run_id}/messages", params={"format": "anthropic"}).status_code == 200
+        tab = Tab(browser, f"{url}/dashboard#run={run_id}")
+        page = tab.page
+        try:
+            expect(page.locator("#d-tool")).to_have_text("Three callers.")
+            if has_transcript:
+                page.click("#d-transcript-details summary")
+                expect(page.locator("#d-transcript")).to_contain_text("Find the callers of parse_config.")
+                expect(page.locator("#d-transcript")).to_contain_text("Three callers.")
+            else:
+                expect(page.locator("#d-transcript-sec")).to_be_hidden()
+        finally:
+            tab.close()
+
+
+def test_a_continuable_run_streams_each_turn_then_shows_its_end(browser: Any, tmp_path: Path) -> None:
+    """A continuable run's detail goes from live text to the ended turn's output and back to live
+    text (of the new turn only) when the next turn starts; its row follows, turn by turn."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        run_id = create(api, agent="chatty", mode="continuable")
+        tab = Tab(browser, f"{url}/dashboard#run={run_id}")
+        page = tab.page
+        try:
+            push_text(api, run_id, "first turn text")
+            expect(page.locator("#d-live")).to_have_text("first turn text")
+            assert api.post(f"/v1/runs/{run_id}/end", json={"stopReason": "cancelled"}).status_code == 200
+            expect(tab.row(run_id)).to_contain_text("idle")
+            expect(tab.row(run_id)).to_contain_text("Cancelled")
+            expect(page.locator("#d-output pre").first).to_have_text("first turn text")
+            expect(page.locator("#d-tool")).to_contain_text("stopReason: cancelled")
+
+            assert api.post(f"/v1/runs/{run_id}/turns").status_code == 201
+            expect(tab.row(run_id)).to_contain_text("running")
+            expect(page.locator("#d-output-sec")).to_be_hidden()
+            push_text(api, run_id, "second turn")
+            expect(page.locator("#d-live")).to_have_text("second turn")
+            assert api.post(f"/v1/runs/{run_id}/end", json={"stopReason": "completed"}).status_code == 200
+            expect(tab.row(run_id)).to_contain_text("Completed")
+            expect(page.locator("#d-tool")).to_have_text("second turn")
+            expect(tab.row(run_id).locator(".num").first).to_have_text("2")
+        finally:
+            tab.close()
+
+
 def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: Path) -> None:
     """With tokens on, the page asks for the read token, then lists and streams with it; a reload
     of the tab does not ask again, a new tab does; a wrong token is asked for again."""

@@ -390,7 +390,18 @@
       detail.retries += 1;
       $('d-live-state').textContent = ' reconnecting…';
       const delay = RETRY_MS[Math.min(detail.retries - 1, RETRY_MS.length - 1)];
-      detail.timer = setTimeout(() => { if (detail.runId === runId) openRunStream(); }, delay);
+      detail.timer = setTimeout(async () => {
+        if (detail.runId !== runId) return;
+        // Refused for good (the run was deleted) or only unreachable for now? A plain request tells.
+        try {
+          const { status } = await api(`/v1/runs/${encodeURIComponent(runId)}`, { allow: [404, 410] });
+          if (status !== 200) {
+            $('d-live-state').textContent = ' (the run is gone)';
+            return;
+          }
+        } catch (error) { /* still unreachable: try the stream again */ }
+        if (detail.runId === runId) openRunStream();
+      }, delay);
     };
   }
 
@@ -474,6 +485,9 @@
     $('d-live-sec').dataset.live = String(run.status === 'running');
     if (run.status === 'running') {
       $('d-live-sec').hidden = false;
+      // A continuable run's new turn: the last turn's output no longer says what it is doing.
+      for (const id of ['d-output-sec', 'd-tool-sec', 'd-transcript-sec']) $(id).hidden = true;
+      detail.loadedTurn = null;
       if (!detail.source) openRunStream();
     } else if (detail.loadedTurn !== `${run.turn}:${run.status}`) {
       detail.loadedTurn = `${run.turn}:${run.status}`;
@@ -864,7 +878,9 @@
   function applyHash() {
     const wanted = readHash();
     const f = state.filters;
-    if (wanted.status !== f.status || wanted.stopReason !== f.stopReason || wanted.agent !== f.agent) {
+    // A link to a run alone (the parent, a child) keeps the filters in force.
+    const namesFilters = /(^|&)(status|stopReason|agent)=/.test(window.location.hash.slice(1));
+    if (namesFilters && (wanted.status !== f.status || wanted.stopReason !== f.stopReason || wanted.agent !== f.agent)) {
       $('f-status').value = wanted.status;
       $('f-stop').value = wanted.stopReason;
       $('f-agent').value = wanted.agent;
