@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from axe_playwright_python.sync_playwright import Axe
 from playwright import sync_api as playwright_api
 from playwright.sync_api import expect
 
@@ -362,6 +363,43 @@ def test_a_continuable_run_streams_each_turn_then_shows_its_end(browser: Any, tm
             expect(tab.row(run_id)).to_contain_text("Completed")
             expect(page.locator("#d-tool")).to_have_text("second turn")
             expect(tab.row(run_id).locator(".num").first).to_have_text("2")
+        finally:
+            tab.close()
+
+
+def test_axe_finds_no_accessibility_violation(browser: Any, tmp_path: Path) -> None:
+    """axe-core (shipped inside the axe-playwright-python package) finds no WCAG violation on the
+    page: with the tree and an ended run selected, with a running run streaming, and with the
+    token dialog open."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        parent = create(api, agent="planner")
+        truncated = create(api, agent="demo:max-tokens-partial", parentRunId=parent)
+        run_scenario("max-tokens-partial", url, run_id=truncated)
+        running = create(api, agent="researcher", parentRunId=parent)
+        push_text(api, running, "Still reading.")
+        for reason in ("cancelled", "timeout", "error", "refusal", "completed"):
+            ended = create(api, agent=f"child-{reason}", parentRunId=parent)
+            assert api.post(f"/v1/runs/{ended}/end", json={"stopReason": reason}).status_code == 200
+        tab = Tab(browser, f"{url}/dashboard#run={truncated}")
+        page = tab.page
+        try:
+            expect(page.locator("#d-tool-flag")).to_have_text("isError: true")
+            ended_report = Axe().run(page)
+            assert ended_report.violations_count == 0, ended_report.generate_report()
+            tab.row(running).click()
+            expect(page.locator("#d-live")).to_have_text("Still reading.")
+            live_report = Axe().run(page)
+            assert live_report.violations_count == 0, live_report.generate_report()
+        finally:
+            tab.close()
+    guarded = Settings(database_url=f"sqlite:///{tmp_path / 'guarded.db'}", read_token="r", ingest_token="i")
+    with threaded_server(guarded) as url:
+        tab = Tab(browser, f"{url}/dashboard")
+        try:
+            expect(tab.page.locator("#token-dialog")).to_be_visible()
+            dialog_report = Axe().run(tab.page)
+            assert dialog_report.violations_count == 0, dialog_report.generate_report()
         finally:
             tab.close()
 

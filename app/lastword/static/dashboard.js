@@ -786,7 +786,9 @@
     const facts = [
       ['status', run.status], ['mode', run.mode], ['turn', String(run.turn)],
       ['parent', run.parentRunId ? el('a', { href: `#run=${encodeURIComponent(run.parentRunId)}`, text: run.parentRunId }) : '—'],
-      ['created', run.createdAt ? `${run.createdAt} (${age(run.createdAt)} ago)` : '—'],
+      ['created', run.createdAt
+        ? el('span', null, `${run.createdAt} (`, el('time', { class: 'age', datetime: run.createdAt, text: age(run.createdAt) }), ' ago)')
+        : '—'],
     ];
     if (result && result.endedAt) facts.push(['ended', result.endedAt]);
     if (result && result.usage) facts.push(['usage', usageTitle(result.usage).replace('tokens: ', '') + ' tokens']);
@@ -1013,7 +1015,7 @@
     window.addEventListener('hashchange', applyHash);
     // Ages move on by themselves.
     setInterval(() => {
-      for (const node of $('tree').querySelectorAll('time.age')) node.textContent = age(node.getAttribute('datetime'));
+      for (const node of document.querySelectorAll('time.age')) node.textContent = age(node.getAttribute('datetime'));
     }, 5000);
   }
 
