@@ -73,8 +73,10 @@ def run(*command: str, timeout: float = 120) -> str:
 def report(config: pytest.Config, line: str) -> None:
     """A line in pytest's output, shown even when the test passes."""
     reporter = config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
 
 
 @pytest.fixture(scope="module")
