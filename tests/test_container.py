@@ -268,8 +268,9 @@ def open_database_files(pid: int) -> dict[str, int]:
             info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
         except OSError:
             continue
-        if re.search(r"lastword\.db(-wal|-shm)?$", target):
-            found[Path(target).name] = int(re.search(r"^mnt_id:\s*(\d+)", info, flags=re.M).group(1))  # type: ignore[union-attr]
+        mount = re.search(r"^mnt_id:\s*(\d+)", info, flags=re.M)
+        if re.search(r"lastword\.db(-wal|-shm)?$", target) and mount is not None:
+            found[Path(target).name] = int(mount.group(1))
     return found
 
 
