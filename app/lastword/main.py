@@ -19,11 +19,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from lastword import __version__
 from lastword.access import AccessControl
 from lastword.logs import RequestLog
+from lastword.mcp_face import McpFace
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
 from lastword.errors import LastwordError, Unavailable
@@ -118,7 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             jobs.append(asyncio.create_task(service.every(
                 settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention")))
         try:
-            yield
+            async with app.state.mcp.running():
+                yield
         finally:
             for job in jobs:
                 job.cancel()
@@ -140,6 +142,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.notifier = None
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.state.mcp = McpFace(lambda: app.state.service, settings)
+    # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
+    app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
@@ -181,6 +186,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.store.count_runs())
+        metrics.result_waiters.set(request.app.state.service.hub.result_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
