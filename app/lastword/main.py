@@ -34,6 +34,8 @@ from lastword.schemas import Health, Problem
 from lastword.service import RunService
 from lastword.settings import Settings
 from lastword.store import open_store
+from lastword.store.base import Store, TurnRecord
+from lastword.telemetry import open_turn_spans, run_or_none
 from lastword.store.factory import open_notifier
 from lastword.streams import router as stream_router
 
@@ -92,6 +94,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+async def _turn_record(store: Store, run_id: str, turn: int) -> TurnRecord:
+    return (await store.turn_result(run_id, turn))[1]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -112,6 +118,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             except BaseException:
                 await store.close()
                 raise
+        spans = open_turn_spans(lambda run_id: run_or_none(store.get_run, run_id),
+                                lambda run_id, turn: _turn_record(store, run_id, turn))
+        if spans is not None:
+            service.end_observers.append(spans.ended)
         await service.sweep_once()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:
@@ -129,6 +139,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await job
             if notifier is not None:
                 await notifier.close()
+            if spans is not None:
+                await spans.close()
             await store.close()
 
     app = FastAPI(

@@ -47,10 +47,19 @@ class RunService:
         self.clock = clock
         #: False when a notice listener feeds the hub (PostgreSQL): see :meth:`publish_committed`.
         self.publish_on_commit = True
+        #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
+        self.end_observers: list[Callable[[StoredEvent], None]] = []
 
     def _published(self, stored: Sequence[StoredEvent]) -> None:
-        if stored and self.publish_on_commit:
+        if not stored:
+            return
+        if self.publish_on_commit:
             self.hub.publish(stored)
+        if self.end_observers:
+            for event in stored:
+                if event.type == "subagent/end":
+                    for observe in self.end_observers:
+                        observe(event)
 
     async def publish_committed(self, notices: Sequence[Notice]) -> None:
         """Publish what a batch of commit notices (from any replica, this one too) committed.
