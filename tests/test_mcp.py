@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -48,6 +50,14 @@ def wait_for_parked_waiter(base_url: str) -> None:
 
 def text_of(result: Any) -> str:
     return "".join(block.text for block in result.content)
+
+
+def test_the_mcp_sdk_is_loaded_only_when_mcp_is_first_called() -> None:
+    """Building and serving the app does not import the MCP SDK (a restart stays fast)."""
+    code = ("import sys\nfrom lastword.main import create_app\ncreate_app()\n"
+            "print('mcp' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 async def test_tools_are_listed_with_descriptions_and_schemas(base_url: str) -> None:

@@ -24,7 +24,7 @@ from starlette.routing import Match, Route
 from lastword import __version__
 from lastword.access import AccessControl
 from lastword.logs import RequestLog
-from lastword.mcp_face import McpFace
+from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
 from lastword.errors import LastwordError, Unavailable
@@ -129,9 +129,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             jobs.append(asyncio.create_task(service.every(
                 settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention")))
         try:
-            async with app.state.mcp.running():
-                yield
+            yield
         finally:
+            await app.state.mcp.close()
             for job in jobs:
                 job.cancel()
             for job in jobs:
@@ -154,7 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.notifier = None
     app.include_router(api_router)
     app.include_router(stream_router)
-    app.state.mcp = McpFace(lambda: app.state.service, settings)
+    app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
     _install_error_handlers(app)

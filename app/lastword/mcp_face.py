@@ -73,7 +73,7 @@ class McpFace:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The transport's task group; entered once, by the application's lifespan."""
+        """The transport's task group; entered once, by :class:`lastword.mcp_mount.McpMount`."""
         async with self.manager.run():
             yield
 
