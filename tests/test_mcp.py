@@ -33,7 +33,7 @@ def secured_url(make_settings: Any) -> Iterator[str]:
 async def mcp_client(base_url: str, token: str | None = None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
-        transport: Transport = streamable_http_client(f"{base_url}/mcp", http_client=http)  # type: ignore[assignment]
+        transport: Transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
         async with Client(transport) as client:
             yield client
 

@@ -56,7 +56,7 @@ from opentelemetry.trace import (
 )
 
 from lastword.errors import Gone, NotFound
-from lastword.store.base import RunRecord, StoredEvent, TurnRecord
+from lastword.records import RunRecord, StoredEvent, TurnRecord
 from lastword.tool_result import headline
 
 log = logging.getLogger("lastword")
