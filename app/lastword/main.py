@@ -27,6 +27,7 @@ from lastword.logs import RequestLog
 from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
+from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -156,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.include_router(dashboard_router)
     app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
