@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -433,7 +433,8 @@ class SqlStore(Store):
                 end = (normalise_stop_reason(event["stopReason"]), event.get("error"))
         self._insert_events(tx, rows)
 
-        outcome = AppendOutcome(len(rows), duplicates, seq, live)
+        outcome = AppendOutcome(len(rows), duplicates, seq, live,
+                                accepted_types=dict(Counter(event["type"] for _, event in fresh)))
         if end is None:
             self._update_run(tx, run_id, last_seq=seq, status="running", turn=run.turn,
                              lease=self._lease_expiry(run, now), now=now)
