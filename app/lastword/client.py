@@ -117,11 +117,14 @@ def _turn_params(turn: int | None) -> dict[str, Any]:
 class _Core:
     """Everything the two clients share: requests, answers, retries, time-outs."""
 
-    def __init__(self, token: str | None, retries: int, backoff: float, timeout: float) -> None:
+    def __init__(
+        self, token: str | None, retries: int, backoff: float, timeout: float, reconnects: int | None
+    ) -> None:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
+        self.reconnects = retries if reconnects is None else reconnects
 
     def retry_policy(self) -> dict[str, Any]:
         return {
@@ -197,11 +200,14 @@ class _Core:
 
     def run_stream(self, run_id: str, include_chunks: bool, after: int | None) -> _Stream:
         params = {"include": "chunks"} if include_chunks else {}
-        return _Stream(f"/v1/runs/{run_id}/stream", params, _Resume(after, self.retries, self.backoff))
+        return _Stream(f"/v1/runs/{run_id}/stream", params, self._resume(after))
 
     def firehose(self, parent_run_id: str | None, after: int | None) -> _Stream:
         params = {"parentRunId": parent_run_id} if parent_run_id else {}
-        return _Stream("/v1/stream", params, _Resume(after, self.retries, self.backoff))
+        return _Stream("/v1/stream", params, self._resume(after))
+
+    def _resume(self, after: int | None) -> _Resume:
+        return _Resume(after, self.retries, self.reconnects, self.backoff)
 
 
 class _Wait:
@@ -226,10 +232,14 @@ class _Wait:
 class _Resume:
     """Where a stream stands, so that a reconnect continues right after the last message."""
 
-    def __init__(self, after: int | None, retries: int, backoff: float) -> None:
+    def __init__(self, after: int | None, retries: int, reconnects: int, backoff: float) -> None:
         self.last = after
+        #: Whether a connection was ever opened: before that, failing to connect is an error to
+        #: report soon (``retries``); after it, a server restart to wait out (``reconnects``).
+        self.opened = False
         self._failures = 0
         self._retries = retries
+        self._reconnects = reconnects
         self._backoff = backoff
 
     def headers(self) -> dict[str, str]:
@@ -247,7 +257,7 @@ class _Resume:
     def failed(self, error: Exception) -> float:
         """The pause before reconnecting after ``error``; re-raises it once retries are spent."""
         self._failures += 1
-        if self._failures > self._retries:
+        if self._failures > (self._reconnects if self.opened else self._retries):
             raise error
         return min(5.0, self._backoff * 2.0**self._failures)
 
@@ -285,7 +295,13 @@ def _problem_of_stream(response: httpx.Response) -> None:
 
 
 class LastwordClient:
-    """Synchronous client. Use as a context manager, or call :meth:`close`."""
+    """Synchronous client. Use as a context manager, or call :meth:`close`.
+
+    ``retries``: how often a request is retried after a transport error or a 429/502/503/504,
+    with exponential ``backoff``; ``timeout``: seconds per request (long polls get their wait on
+    top); ``reconnects``: how many failed reconnects in a row a stream that was open survives
+    (default: ``retries``; a large number waits out a server restart of any length).
+    """
 
     def __init__(
         self,
@@ -295,9 +311,10 @@ class LastwordClient:
         retries: int = 5,
         backoff: float = 0.2,
         timeout: float = 30.0,
+        reconnects: int | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._core = _Core(token, retries, backoff, timeout)
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
         self._http = httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
 
     def __enter__(self) -> LastwordClient:
@@ -387,6 +404,7 @@ class LastwordClient:
             if source.response.is_error:
                 source.response.read()
                 _problem_of_stream(source.response)
+            stream.resume.opened = True
             for event in source.iter_sse():
                 message = stream.resume.take(event)
                 if message is not None:
@@ -406,9 +424,10 @@ class AsyncLastwordClient:
         retries: int = 5,
         backoff: float = 0.2,
         timeout: float = 30.0,
+        reconnects: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._core = _Core(token, retries, backoff, timeout)
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
         self._http = httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout,
                                        transport=transport)
 
@@ -505,6 +524,7 @@ class AsyncLastwordClient:
             if source.response.is_error:
                 await source.response.aread()
                 _problem_of_stream(source.response)
+            stream.resume.opened = True
             async for event in source.aiter_sse():
                 message = stream.resume.take(event)
                 if message is not None:
