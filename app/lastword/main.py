@@ -97,7 +97,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_store(settings)
-        await store.open()
+        try:
+            await store.open()
+        except Unavailable as error:
+            # One line that says what to do, ahead of the framework's traceback.
+            log.error("cannot start: %s", error.detail)
+            raise
         hub = Hub(settings.subscriber_buffer)
         service = RunService(store, hub, app.state.metrics)
         app.state.service = service
