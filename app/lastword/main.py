@@ -25,6 +25,7 @@ from lastword import __version__
 from lastword.access import AccessControl
 from lastword.logs import RequestLog
 from lastword.api import event_schema_components
+from lastword.api_docs import document
 from lastword.api import router as api_router
 from lastword.errors import LastwordError, Unavailable
 from lastword.hub import Hub
@@ -87,7 +88,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {}).setdefault("schemas", {}).update(event_schema_components())
         schema["components"]["schemas"].setdefault("Problem", Problem.model_json_schema())
-        app.openapi_schema = schema
+        app.openapi_schema = document(schema)
     return app.openapi_schema
 
 
