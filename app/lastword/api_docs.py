@@ -23,9 +23,9 @@ import json
 from typing import Any
 
 from lastword.access import kind_of
+from lastword.errors import PROBLEM_JSON
 from lastword.tool_result import tool_result
 
-PROBLEM_JSON = "application/problem+json"
 PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
 
 SECURITY_SCHEMES: dict[str, Any] = {
@@ -46,7 +46,7 @@ SECURITY_SCHEMES: dict[str, Any] = {
 INGEST_SECURITY: list[dict[str, list[str]]] = [{"bearerToken": []}]
 READ_SECURITY: list[dict[str, list[str]]] = [{"bearerToken": []}, {"accessTokenQuery": []}]
 
-#: What each error status means on this service.
+#: What each error status means on this service (docs/ERRORS.md lists every code).
 STATUSES: dict[int, str] = {
     400: "Malformed input: a body that is not JSON or not UTF-8, a cursor or resume id this service never gave "
     "out (`malformed_json`, `too_deeply_nested`, `invalid_cursor`, `invalid_last_event_id`).",

@@ -7,6 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
+from lastword.limits import MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.records import RunMode, RunStatus
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
@@ -29,12 +31,11 @@ class RunCreate(_Strict):
     """The run of the parent agent that started this child."""
     agent: str | None = Field(None, max_length=200)
     """The child agent's name."""
-    mode: Literal["oneshot", "continuable"] = "oneshot"
+    mode: RunMode = "oneshot"
     """``oneshot``: exactly one turn. ``continuable``: further turns after each end."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free JSON, kept and returned as sent."""
-    # Bounded so that "now + lease" stays a time a date can show (about 31 years).
-    leaseSeconds: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
     """Seconds of silence after which an open turn ends as ``timeout``; 0: never. Default:
     ``LASTWORD_LEASE_SECONDS``."""
 
@@ -62,17 +63,22 @@ class EndRequest(_Strict):
     def _known(cls, value: str) -> str:
         return normalise_stop_reason(value)
 
+    @property
+    def stop_reason(self) -> StopReason:
+        """``stopReason`` as the wire value it was normalised to."""
+        return normalise_stop_reason(self.stopReason)
+
 
 class ChunkText(_Strict):
     """Bare chunk text as JSON."""
 
     text: str
     """The text, stored as one text delta."""
-    eventId: str | None = Field(None, min_length=1, max_length=200)
+    eventId: str | None = Field(None, min_length=1, max_length=MAX_EVENT_ID_LENGTH)
     """The producer's idempotency key for this piece."""
 
 
-class Usage(_Answer):
+class TurnUsage(_Answer):
     """A turn's usage: the sum over its assistant messages, empty ones included."""
 
     inputTokens: int
@@ -94,13 +100,13 @@ class Run(_Answer):
     """The parent agent's run, when one was given."""
     agent: str | None = None
     """The child agent's name, when one was given."""
-    mode: Literal["oneshot", "continuable"]
+    mode: RunMode
     """``oneshot``: one turn. ``continuable``: further turns after each end."""
     metadata: dict[str, Any]
     """Free JSON given at creation."""
     leaseSeconds: float
     """Seconds of silence after which an open turn ends as ``timeout``; 0: never."""
-    status: Literal["running", "idle", "ended"]
+    status: RunStatus
     """``running``: a turn is open; ``idle``: a continuable run between turns; ``ended``."""
     turn: int
     """The current (or last) turn, from 1."""
@@ -138,7 +144,7 @@ class SubagentResult(_Answer):
     """True for every stop reason but ``completed``."""
     output: list[dict[str, Any]]
     """The selected output: content blocks as the child sent them (SPEC §5); may be empty."""
-    usage: Usage
+    usage: TurnUsage
     """The turn's usage, summed over its messages."""
     error: Any = None
     """The error the turn ended with, if any."""
