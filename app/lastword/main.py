@@ -27,6 +27,7 @@ from lastword.logs import RequestLog
 from lastword.api import event_schema_components
 from lastword.api_docs import document
 from lastword.api import router as api_router
+from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -147,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.include_router(dashboard_router)
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
-from lastword.limits import MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
 from lastword.records import RunMode, RunStatus
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
@@ -29,7 +29,7 @@ class RunCreate(_Strict):
     with the same body answers the run (200); with another body, 409."""
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     """The run of the parent agent that started this child."""
-    agent: str | None = Field(None, max_length=200)
+    agent: str | None = Field(None, max_length=MAX_AGENT_LENGTH)
     """The child agent's name."""
     mode: RunMode = "oneshot"
     """``oneshot``: exactly one turn. ``continuable``: further turns after each end."""
@@ -120,10 +120,40 @@ class Run(_Answer):
     """When the run last changed (RFC 3339)."""
 
 
+class TurnSummary(_Answer):
+    """A run's latest turn in a run list (``?include=result``): the result without its output."""
+
+    runId: str
+    """The run's id."""
+    turn: int
+    """The run's latest turn."""
+    status: Literal["running", "ended"]
+    """``running`` while the turn is open, ``ended`` once it ended."""
+    stopReason: StopReason | None = None
+    """Why the turn ended (absent while it runs)."""
+    isError: bool
+    """True for every stop reason but ``completed``."""
+    usage: TurnUsage | None = None
+    """The turn's usage, summed over its messages."""
+    error: Any = None
+    """The error the turn ended with, if any."""
+    startedAt: str
+    """When the turn started (RFC 3339)."""
+    endedAt: str | None = None
+    """When the turn ended (RFC 3339); absent while it runs."""
+
+
+class RunInList(Run):
+    """A run as a run list shows it; with ``?include=result``, its latest turn too."""
+
+    result: TurnSummary | None = None
+    """The latest turn without its output (only with ``?include=result``)."""
+
+
 class RunList(_Answer):
     """One page of runs, newest first."""
 
-    runs: list[Run]
+    runs: list[RunInList]
     """The runs of this page."""
     nextCursor: str | None = None
     """Pass as ``?cursor=`` for the next page; absent on the last page."""
