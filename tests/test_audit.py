@@ -81,10 +81,10 @@ def test_audit_pages_through_many_runs(api: httpx.Client, base_url: str) -> None
     assert len(json.loads(shown.stdout)) == 205
 
 
-def test_unreachable_service_is_one_line_and_exit_1() -> None:
-    """A service that is not there gives one clear line, not a traceback."""
+def test_unreachable_service_is_one_line_and_its_exit_status() -> None:
+    """A service that is not there gives one clear line, not a traceback, and exit status 4."""
     shown = lastword("audit", "--url", f"http://127.0.0.1:{free_port()}")
-    assert shown.returncode == 1
+    assert shown.returncode == 4
     assert shown.stderr.startswith("lastword audit: cannot reach") and len(shown.stderr.splitlines()) == 1
 
 
