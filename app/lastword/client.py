@@ -32,7 +32,7 @@ from tenacity import (
 )
 
 from lastword.ids import new_run_id
-from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
+from lastword.schemas import AppendResult, ChildrenJoin, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",
@@ -239,6 +239,18 @@ class LastwordClient:
             if result.status == "ended" or wait <= 0:
                 return result
 
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """Every child's current turn once all have ended (``any_child``: the first), or as they
+        stand when ``timeout`` runs out; ``done`` says which."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(60.0, deadline - time.monotonic()))
+            response = self._request("GET", f"/v1/runs/{run_id}/children",
+                                     params={"wait": wait, "any": str(any_child).lower()}, timeout=wait + 30)
+            joined = self._core.decode(response, ChildrenJoin)
+            if joined.done or wait <= 0:
+                return joined
+
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
         params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
@@ -361,6 +373,17 @@ class AsyncLastwordClient:
             result = self._core.decode(response, SubagentResult)
             if result.status == "ended" or wait <= 0:
                 return result
+
+    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """As :meth:`LastwordClient.join`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(60.0, deadline - time.monotonic()))
+            response = await self._request("GET", f"/v1/runs/{run_id}/children",
+                                           params={"wait": wait, "any": str(any_child).lower()}, timeout=wait + 30)
+            joined = self._core.decode(response, ChildrenJoin)
+            if joined.done or wait <= 0:
+                return joined
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}

@@ -164,9 +164,12 @@ class Hub:
             for waiter in waiters:
                 waiter.set()
 
-    def turn_end_signal(self, run_id: str) -> asyncio.Event:
-        """An event set when any turn of the run ends; call :meth:`release` when done."""
-        signal = asyncio.Event()
+    def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
+        """An event set when any turn of the run ends; call :meth:`release` when done.
+
+        Passing ``signal`` adds the same event to another run, so one waiter hears many runs.
+        """
+        signal = signal or asyncio.Event()
         self._turn_ends[run_id].add(signal)
         return signal
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from starlette.routing import Match
 
 from lastword import __version__
 from lastword.access import AccessControl
+from lastword.delivery import WebhookSender
 from lastword.logs import RequestLog
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
@@ -44,6 +46,7 @@ from lastword.settings import Settings
 from lastword.store import open_store
 from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
+from lastword.webhooks import allowed_host_patterns
 
 log = logging.getLogger("lastword")
 
@@ -109,13 +112,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = open_store(settings)
         await store.open()
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size)
+        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts))
+        sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
+                               max_attempts=settings.webhook_max_attempts,
+                               timeout_seconds=settings.webhook_timeout_seconds)
+        service.end_observers.append(sender.ended)
         try:
             await service.start()
         except BaseException:
             await service.close()
             raise
         app.state.service = service
+        sender.start()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:
             hours = settings.retention_hours
@@ -129,6 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for job in jobs:
                 with contextlib.suppress(asyncio.CancelledError):
                     await job
+            await sender.close()
             await service.close()
 
     app = FastAPI(
@@ -177,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.count_runs())
+        metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

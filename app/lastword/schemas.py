@@ -16,6 +16,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class WebhookSpec(_Strict):
+    """Where each ``subagent/end`` of the run is POSTed (Standard Webhooks, SPEC §14)."""
+
+    url: str = Field(max_length=2048, description="An http(s) URL on an allowed host.")
+    secret: str | None = Field(
+        None, max_length=512,
+        description="'whsec_' followed by base64; when set, each delivery carries webhook-signature.",
+    )
+
+
 class RunCreate(_Strict):
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
@@ -23,6 +33,7 @@ class RunCreate(_Strict):
     mode: RunMode = "oneshot"
     metadata: dict[str, Any] = Field(default_factory=dict)
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
+    webhook: WebhookSpec | None = Field(None, description="Deliver each subagent/end to a URL (SPEC §14).")
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -98,6 +109,33 @@ class SubagentResult(BaseModel):
 class TextContent(BaseModel):
     type: Literal["text"]
     text: str
+
+
+class DeliveryAttempt(BaseModel):
+    at: str = Field(description="When the attempt started (RFC 3339).")
+    statusCode: int | None = Field(None, description="The receiver's HTTP status, when it answered.")
+    error: str | None = Field(None, description="Why no answer came (connection refused, time-out, …).")
+    response: str | None = Field(None, description="The first characters of the receiver's answer.")
+    durationMs: float = Field(description="How long the attempt took.")
+
+
+class DeliveryView(BaseModel):
+    webhookId: str = Field(description="The webhook-id header of every attempt of this delivery.")
+    turn: int = Field(description="The turn whose subagent/end is delivered.")
+    state: Literal["pending", "delivered", "failed"]
+    attempts: list[DeliveryAttempt]
+    lastStatus: int | None = Field(None, description="The status of the last attempt that got an answer.")
+    nextAttemptAt: str | None = Field(None, description="When the next attempt is due (pending only).")
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryView] = Field(description="The run's deliveries, oldest first.")
+
+
+class ChildrenJoin(BaseModel):
+    runId: str = Field(description="The parent run.")
+    done: bool = Field(description="Every child's current turn has ended (with ?any=true: at least one has).")
+    children: list[SubagentResult] = Field(description="Each child's current turn, newest child first.")
 
 
 class ToolResult(BaseModel):
