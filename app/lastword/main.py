@@ -20,14 +20,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from lastword import __version__
 from lastword.access import AccessControl
 from lastword.delivery import WebhookSender
 from lastword.logs import RequestLog
+from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
+from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -43,7 +45,9 @@ from lastword.metrics import Metrics
 from lastword.schemas import Health, Problem
 from lastword.service import RunService
 from lastword.settings import Settings
+from lastword.records import TurnRecord
 from lastword.store import open_store
+from lastword.telemetry import open_turn_spans, run_or_none
 from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
 from lastword.webhooks import allowed_host_patterns
@@ -104,6 +108,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecord:
+    return (await service.result(run_id, turn, 0))[1]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -118,6 +126,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                max_attempts=settings.webhook_max_attempts,
                                timeout_seconds=settings.webhook_timeout_seconds)
         service.end_observers.append(sender.ended)
+        # Before the start, whose sweep may end turns: those are spans too.
+        spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
+                                lambda run_id, turn: _turn_record(service, run_id, turn))
+        if spans is not None:
+            service.end_observers.append(spans.ended)
         try:
             await service.start()
         except BaseException:
@@ -138,6 +151,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for job in jobs:
                 with contextlib.suppress(asyncio.CancelledError):
                     await job
+            await app.state.mcp.close()
+            if spans is not None:
+                await spans.close()
             await sender.close()
             await service.close()
 
@@ -151,6 +167,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.include_router(dashboard_router)
+    app.state.mcp = McpMount(lambda: app.state.service, settings)
+    # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
+    app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
@@ -188,6 +208,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.count_runs())
         metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
+        metrics.result_waiters.set(request.app.state.service.result_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

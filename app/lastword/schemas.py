@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
 from lastword.records import RunMode, RunStatus
-from lastword.limits import MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
@@ -29,7 +29,7 @@ class WebhookSpec(_Strict):
 class RunCreate(_Strict):
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
-    agent: str | None = Field(None, max_length=200)
+    agent: str | None = Field(None, max_length=MAX_AGENT_LENGTH)
     mode: RunMode = "oneshot"
     metadata: dict[str, Any] = Field(default_factory=dict)
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
@@ -88,8 +88,26 @@ class Run(BaseModel):
     updatedAt: str
 
 
+class TurnSummary(BaseModel):
+    """A run's latest turn in a run list (``?include=result``): the result without its output."""
+
+    runId: str
+    turn: int
+    status: Literal["running", "ended"]
+    stopReason: str | None = None
+    isError: bool
+    usage: Usage | None = None
+    error: Any = None
+    startedAt: str
+    endedAt: str | None = None
+
+
+class RunInList(Run):
+    result: TurnSummary | None = None
+
+
 class RunList(BaseModel):
-    runs: list[Run]
+    runs: list[RunInList]
     nextCursor: str | None = None
 
 
