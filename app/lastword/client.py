@@ -226,6 +226,10 @@ class _Wait:
         return self._core.result(self._run_id, self._turn, self._wait)
 
     def finished(self, result: SubagentResult) -> bool:
+        # Without a turn asked for, the next polls ask for the turn the first answer was about:
+        # a continuable run's next turn must not replace the one the caller is waiting for.
+        if self._turn is None:
+            self._turn = result.turn
         return result.status == "ended" or self._wait <= 0
 
 
@@ -362,7 +366,10 @@ class LastwordClient:
         return self._send(self._core.result(run_id, turn))
 
     def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
         wait = _Wait(self._core, run_id, timeout, turn)
         while True:
             result = self._send(wait.next_call())
@@ -476,7 +483,10 @@ class AsyncLastwordClient:
         return await self._send(self._core.result(run_id, turn))
 
     async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
         wait = _Wait(self._core, run_id, timeout, turn)
         while True:
             result = await self._send(wait.next_call())
