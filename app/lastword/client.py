@@ -172,6 +172,11 @@ class _Core:
         return _Call("GET", f"/v1/runs/{run_id}/tool-result", _tool_result_or_none, params=params,
                      timeout=self.long_poll_timeout(wait))
 
+    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
+                     params={"wait": wait, "any": "true" if any_child else "false"},
+                     timeout=self.long_poll_timeout(wait))
+
     @staticmethod
     def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Copies of the events, each with an ``eventId`` (kept when it has one)."""
@@ -381,10 +386,8 @@ class LastwordClient:
         stand when ``timeout`` runs out; ``done`` says which."""
         deadline = time.monotonic() + timeout
         while True:
-            wait = max(0.0, min(60.0, deadline - time.monotonic()))
-            response = self._request("GET", f"/v1/runs/{run_id}/children",
-                                     params={"wait": wait, "any": str(any_child).lower()}, timeout=wait + 30)
-            joined = self._core.decode(response, ChildrenJoin)
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = self._send(self._core.join(run_id, wait, any_child))
             if joined.done or wait <= 0:
                 return joined
 
@@ -509,10 +512,8 @@ class AsyncLastwordClient:
         """As :meth:`LastwordClient.join`."""
         deadline = time.monotonic() + timeout
         while True:
-            wait = max(0.0, min(60.0, deadline - time.monotonic()))
-            response = await self._request("GET", f"/v1/runs/{run_id}/children",
-                                           params={"wait": wait, "any": str(any_child).lower()}, timeout=wait + 30)
-            joined = self._core.decode(response, ChildrenJoin)
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = await self._send(self._core.join(run_id, wait, any_child))
             if joined.done or wait <= 0:
                 return joined
 
