@@ -226,6 +226,10 @@ class UnstorableValue(Unprocessable):
     code = "unstorable_value"
 
 
+class InvalidWebhook(Unprocessable):
+    code = "invalid_webhook"
+
+
 class ForkAfterSeqOutOfRange(Unprocessable):
     code = "fork_after_seq_out_of_range"
 
