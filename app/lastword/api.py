@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import BeforeValidator
 from fastapi.responses import JSONResponse
 
 from lastword.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
@@ -64,9 +66,31 @@ def settings_of(request: Request) -> Settings:
 #: The largest value a database integer holds: bigger numbers in a query are refused with 422.
 MAX_INT64 = 2**63 - 1
 
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def parse_decimal(text: str) -> int | None:
+    """``text`` as a non-negative decimal integer, strictly: ASCII digits only, at most 19.
+
+    Python's ``int()`` (and pydantic's lax integers) also read ``3_0`` as 30, ``+3``, `` 3``,
+    ``3.0`` and other scripts' digits; an id or cursor spelled any such way is none this
+    service gave out.
+    """
+    return int(text) if _DIGITS.fullmatch(text) else None
+
+
+def _decimal_query(value: Any) -> Any:
+    if isinstance(value, str) and parse_decimal(value) is None:
+        raise ValueError("must be written as plain decimal digits")
+    return value
+
+
+#: A query integer written as plain decimal digits (see :func:`parse_decimal`).
+DecimalDigits = BeforeValidator(_decimal_query)
+
 RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
-    int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
+    int | None, DecimalDigits, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
 ]
 WaitQuery = Annotated[
     float, Query(ge=0, le=3600, description="Seconds to wait for the turn to end (capped by configuration).")
@@ -96,12 +120,12 @@ def _cursor(pk: int) -> str:
 
 def _cursor_pk(cursor: str) -> int:
     try:
-        pk = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
+        pk = parse_decimal(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")) or 0
     except ValueError:
         pk = 0
-    # Keys are positive 64-bit integers: anything else was never given out (and would not fit
-    # the database's integer type).
-    if not 0 < pk < MAX_INT64:
+    # Keys are positive 64-bit integers, written out exactly as _cursor writes them: anything
+    # else (another base64 spelling, ``3_0``, leading zeros) was never given out.
+    if not 0 < pk < MAX_INT64 or _cursor(pk) != cursor:
         raise BadRequest("the cursor is not one this service gave out", code="invalid_cursor")
     return pk
 
@@ -112,7 +136,7 @@ async def list_runs(
     parentRunId: str | None = None,
     status: Literal["running", "idle", "ended"] | None = None,
     agent: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, DecimalDigits, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
@@ -289,8 +313,8 @@ async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, 
 async def get_events(
     request: Request,
     runId: str,
-    after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)] = 0,
+    limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
     limit = min(limit, settings_of(request).max_page_size)

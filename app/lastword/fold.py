@@ -27,7 +27,9 @@ Event = Mapping[str, Any]
 BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-MAX_USAGE_TOTAL = 2**63 - 1
+#: Totals saturate here, like each count (``TokenCount``): JavaScript reads integers exactly
+#: only up to 2**53 - 1, and a total past 64 bits could not even be stored.
+MAX_USAGE_TOTAL = 2**53 - 1
 
 
 def is_substantive(block: Mapping[str, Any]) -> bool:
@@ -61,8 +63,7 @@ def add_usage(total: dict[str, int], usage: Mapping[str, Any] | None) -> None:
     for name in USAGE_FIELDS:
         value = usage.get(name)
         if value:
-            # Saturates: a total past 64 bits could not be stored or serialised, and the
-            # turn could then never end.
+            # Saturates rather than fails: a turn must always be able to end.
             total[name] = min(total[name] + int(value), MAX_USAGE_TOTAL)
 
 

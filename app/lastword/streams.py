@@ -26,7 +26,7 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
-from lastword.api import MAX_INT64
+from lastword.api import MAX_INT64, DecimalDigits, parse_decimal
 from lastword.errors import BadRequest
 from lastword.hub import IDLE, Subscription
 from lastword.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
@@ -48,11 +48,8 @@ SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
     if last_event_id is not None and last_event_id.strip():
-        try:
-            value = int(last_event_id)
-        except ValueError:
-            raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id") from None
-        if not 0 <= value <= MAX_INT64:
+        value = parse_decimal(last_event_id.strip())
+        if value is None or value > MAX_INT64:
             # Ids are 64-bit in both databases; a larger one is none this stream sent.
             raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id")
         return value
@@ -172,7 +169,7 @@ async def run_stream(
     request: Request,
     runId: str,
     include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
-    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
@@ -254,7 +251,7 @@ async def _run_messages(
 async def firehose(
     request: Request,
     parentRunId: str | None = None,
-    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""

@@ -1,0 +1,47 @@
+"""docs/STATUS.md lists what SPEC §12–§14 describe but the service does not do yet; it stays true.
+
+Each row names an endpoint or a run option. A listed endpoint must be one the app does not
+route, and a listed run option one that run creation refuses, so implementing a feature
+without removing its row (or listing one that is not missing) fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lastword.main import create_app
+from lastword.settings import Settings
+from tests.api_helpers import assert_problem, shared_api, shared_base_url  # noqa: F401
+
+STATUS = Path(__file__).resolve().parent.parent / "docs" / "STATUS.md"
+ROW = re.compile(r"^\| (?P<feature>[^|]+) \| §(?P<section>1[234]) \| (?P<what>[^|]+) \|$", re.MULTILINE)
+
+
+def _rows() -> list[tuple[str, str]]:
+    rows = [(match["feature"].strip(), match["what"].strip()) for match in ROW.finditer(STATUS.read_text())]
+    assert rows, "docs/STATUS.md lists nothing"
+    return rows
+
+
+def _routes() -> set[tuple[str, str]]:
+    app = create_app(Settings(database_url="sqlite:///:memory:"))
+    return {(method, route.path) for route in app.routes for method in getattr(route, "methods", None) or ()}
+
+
+@pytest.mark.parametrize(("feature", "what"), [row for row in _rows() if not row[1].startswith("run option")])
+def test_listed_endpoints_are_not_routed(feature: str, what: str) -> None:
+    """An endpoint listed as not implemented has no route (remove its row when it gets one)."""
+    method, path = what.strip("`").split(" ", 1)
+    assert (method, path) not in _routes(), f"{feature} is implemented: remove its row from docs/STATUS.md"
+
+
+@pytest.mark.parametrize(("feature", "what"), [row for row in _rows() if row[1].startswith("run option")])
+def test_listed_run_options_are_refused(shared_api: httpx.Client, feature: str, what: str) -> None:
+    """A run option listed as not implemented is refused with 422, not ignored."""
+    option = what.removeprefix("run option").strip().strip("`")
+    problem = assert_problem(shared_api.post("/v1/runs", json={option: {}}), 422, "validation_error")
+    assert option in problem["detail"], f"{feature}: {problem['detail']}"
