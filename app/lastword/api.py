@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ from lastword.schemas import (
     ToolResult,
 )
 from lastword.service import RunService
-from lastword.store.base import AppendOutcome
+from lastword.store.base import AppendOutcome, TurnRecord
 from lastword.settings import Settings
 from lastword.tool_result import tool_result
 from lastword.views import logged_event_view, result_view, run_view
@@ -281,11 +282,45 @@ async def close_run(request: Request, runId: str) -> dict[str, Any]:
     return run_view(await service_of(request).close(runId))
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (a GET's body is empty: what follows it is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _long_poll(request: Request, run_id: str, turn: int | None, wait: float) -> TurnRecord | None:
+    """The turn's result after up to ``wait`` seconds; None when the client left first.
+
+    A poll whose client disconnects is released at once: otherwise every dropped poll would
+    hold its waiter, task and memory until its ``wait`` ran out.
+    """
+    service = service_of(request)
+    if wait <= 0:
+        return (await service.result(run_id, turn, 0))[1]
+    poll = asyncio.ensure_future(service.result(run_id, turn, wait))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((poll, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (poll, gone):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(poll, gone, return_exceptions=True)
+    if poll.cancelled():
+        return None
+    return poll.result()[1]  # raises what the poll raised (404, 410, …)
+
+
+#: The status logged for a long poll whose client had gone (nginx's); nobody reads the answer.
+CLIENT_GONE = 499
+
+
 @router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
-async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> dict[str, Any]:
+async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
     """The turn's ``SubagentResult``; ``?wait=S`` blocks up to S seconds for it to end."""
-    wait = min(wait, settings_of(request).max_wait_seconds)
-    _, record = await service_of(request).result(runId, turn, wait)
+    record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
+    if record is None:
+        return Response(status_code=CLIENT_GONE)
     return result_view(record)
 
 
@@ -298,8 +333,9 @@ async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait:
 )
 async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
     """The parent model's tool result (MCP ``CallToolResult``); 202 while the turn runs."""
-    wait = min(wait, settings_of(request).max_wait_seconds)
-    _, record = await service_of(request).result(runId, turn, wait)
+    record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
+    if record is None:
+        return Response(status_code=CLIENT_GONE)
     if not record.ended or record.stop_reason is None:
         return JSONResponse(
             {"runId": runId, "turn": record.turn, "status": "running"},

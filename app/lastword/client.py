@@ -228,7 +228,10 @@ class LastwordClient:
         return self._core.decode(self._request("GET", f"/v1/runs/{run_id}/result", params=params), SubagentResult)
 
     def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
         deadline = time.monotonic() + timeout
         while True:
             wait = max(0.0, min(60.0, deadline - time.monotonic()))
@@ -238,6 +241,7 @@ class LastwordClient:
             result = self._core.decode(response, SubagentResult)
             if result.status == "ended" or wait <= 0:
                 return result
+            turn = result.turn  # the turn current at the first request, not whichever is later
 
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
@@ -361,6 +365,7 @@ class AsyncLastwordClient:
             result = self._core.decode(response, SubagentResult)
             if result.status == "ended" or wait <= 0:
                 return result
+            turn = result.turn  # the turn current at the first request, not whichever is later
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}

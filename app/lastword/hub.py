@@ -101,6 +101,8 @@ class Hub:
         self._turn_ends: dict[str, set[asyncio.Event]] = defaultdict(set)
         #: Set when the service shuts down: streams say "reconnect" and long polls answer now.
         self.draining = False
+        #: Long polls parked now, waiting for a turn end (they have read their turn: not ended).
+        self.parked_waiters = 0
 
     @property
     def subscriber_count(self) -> int:

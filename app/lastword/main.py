@@ -181,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.store.count_runs())
+        metrics.result_waiters.set(request.app.state.service.hub.parked_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

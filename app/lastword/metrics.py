@@ -36,6 +36,10 @@ class Metrics:
         self.runs_deleted = Counter(
             "lastword_runs_deleted", "Ended runs deleted by retention.", registry=self.registry
         )
+        self.result_waiters = Gauge(
+            "lastword_result_waiters", "Long polls (?wait=) waiting for a turn to end (counted when scraped).",
+            registry=self.registry,
+        )
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
