@@ -91,7 +91,7 @@ DecimalDigits = BeforeValidator(_decimal_query)
 
 RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
-    int | None, DecimalDigits, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
+    int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest)."), DecimalDigits
 ]
 WaitQuery = Annotated[
     float, Query(ge=0, le=3600, description="Seconds to wait for the turn to end (capped by configuration).")
@@ -137,7 +137,7 @@ async def list_runs(
     parentRunId: str | None = None,
     status: Literal["running", "idle", "ended"] | None = None,
     agent: str | None = None,
-    limit: Annotated[int, DecimalDigits, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=500), DecimalDigits] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
@@ -349,8 +349,8 @@ async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, 
 async def get_events(
     request: Request,
     runId: str,
-    after: Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)] = 0,
-    limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
+    after: Annotated[int, Query(ge=0, le=MAX_INT64), DecimalDigits] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000), DecimalDigits] = 100,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
     limit = min(limit, settings_of(request).max_page_size)

@@ -169,7 +169,7 @@ async def run_stream(
     request: Request,
     runId: str,
     include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
-    after: Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
@@ -251,7 +251,7 @@ async def _run_messages(
 async def firehose(
     request: Request,
     parentRunId: str | None = None,
-    after: Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
