@@ -260,9 +260,12 @@ async def firehose(
     subscription = service.hub.subscribe_feed(parentRunId)
     release = _releaser(service, None, subscription)
     try:
-        start = await service.store.last_feed_id()
-        if resume is not None:
-            _check_sent(resume, start)
+        if resume is None:
+            start = await service.store.last_feed_id()
+        else:
+            # Against the highest id ever issued: retention may have deleted the newest rows,
+            # and an id the stream did send must still resume (from what follows it).
+            _check_sent(resume, await service.store.highest_feed_id_issued())
             start = resume
     except BaseException:
         release()

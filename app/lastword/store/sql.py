@@ -581,6 +581,14 @@ class SqlStore(Store):
         slot = self._slot(run_id, run.turn)
         with slot.lock:
             fold = self._caught_up(tx, slot, run, run.last_seq)
+            ahead = fold.last_seq > run.last_seq
+            output, usage = fold.collect(), fold.usage
+        if ahead:
+            # A writer committed after this read took its view of the run: the shared fold
+            # now holds events past ``run.last_seq``. The answer must reflect exactly the
+            # events up to it (a stream's snapshot is followed by the events after its id), so
+            # it is folded afresh from the log, up to that id.
+            fold = self._caught_up(tx, FoldSlot(), run, run.last_seq)
             output, usage = fold.collect(), fold.usage
         return run, TurnRecord(
             run_id, record.turn, record.start_seq, record.started_at, None, None, None, output, usage
@@ -632,6 +640,17 @@ class SqlStore(Store):
     def _last_feed_id(self, tx: Tx) -> int:
         row = tx.one("SELECT MAX(id) FROM feed")
         return row[0] or 0
+
+    async def highest_feed_id_issued(self) -> int:
+        return await self._read(self._highest_feed_id_issued)
+
+    def _highest_feed_id_issued(self, tx: Tx) -> int:
+        # The id generator remembers ids whose rows retention has deleted; MAX(id) does not.
+        return max(self._last_feed_id(tx), self._feed_ids_issued(tx))
+
+    @abc.abstractmethod
+    def _feed_ids_issued(self, tx: Tx) -> int:
+        """Hook: the last value the feed's id generator handed out (0 if none)."""
 
     async def expired_runs(self, now: float) -> list[str]:
         return await self._read(self._expired_runs, now)

@@ -165,6 +165,11 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as error:
             raise Unavailable(f"the SQLite store failed: {error}") from error
 
+    def _feed_ids_issued(self, tx: Tx) -> int:
+        # AUTOINCREMENT keeps the largest id ever used here, and never reuses one.
+        row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         return await run_in(self._writer_pool, self._transact, "BEGIN IMMEDIATE", fn, *args)
 
