@@ -160,20 +160,21 @@ async def get_run(request: Request, runId: str) -> dict[str, Any]:
     return run_view(await service_of(request).store.get_run(runId))
 
 
+#: Events encoded between two looks at the event loop.
+ENCODE_SLICE = 256
+
+
 def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
-    """``append(events)`` for one run, refusing batches and events over the configured limits.
+    """``append(events)`` for one run, refusing events over the configured size limit.
 
     A refused event names its index in the batch, so a streamed body keeps the events before it.
     """
 
     async def append(events: list[dict[str, Any]]) -> AppendOutcome:
-        if len(events) > settings.max_batch_events:
-            raise PayloadTooLarge(
-                f"the batch holds {len(events)} events; the limit is {settings.max_batch_events}",
-                code="batch_too_large", limit=settings.max_batch_events,
-            )
         encoded = []
         for index, event in enumerate(events):
+            if index % ENCODE_SLICE == ENCODE_SLICE - 1:
+                await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
             body = storable_json(event, index)
             if len(body) > settings.max_event_bytes:
                 raise PayloadTooLarge(
@@ -216,7 +217,7 @@ async def append_events(request: Request, runId: str) -> dict[str, Any]:
     if kind in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
         return await ingest_ndjson(request, limit, append)
     if kind in ("application/json", ""):
-        return await ingest_json(request, limit, append)
+        return await ingest_json(request, limit, settings_of(request).max_batch_events, append)
     raise UnsupportedMedia(f"expected application/json or application/x-ndjson, got {kind!r}")
 
 
