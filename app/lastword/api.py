@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BeforeValidator
 from fastapi.responses import JSONResponse
 
-from lastword.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
+from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
 from lastword.events import EVENT_JSON_SCHEMA
 from lastword.ingest import (
     ingest_json,
@@ -35,9 +33,11 @@ from lastword.schemas import (
     SubagentResult,
     ToolResult,
 )
+from lastword.limits import MAX_INT64
 from lastword.service import RunService
-from lastword.store.base import AppendOutcome, TurnRecord
+from lastword.records import AppendOutcome, RunStatus, TurnRecord
 from lastword.settings import Settings
+from lastword.strict_ints import DecimalDigits, parse_decimal
 from lastword.tool_result import tool_result
 from lastword.views import logged_event_view, result_view, run_view
 
@@ -64,37 +64,21 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-#: The largest value a database integer holds: bigger numbers in a query are refused with 422.
-MAX_INT64 = 2**63 - 1
-
-_DIGITS = re.compile(r"[0-9]{1,19}")
-
-
-def parse_decimal(text: str) -> int | None:
-    """``text`` as a non-negative decimal integer, strictly: ASCII digits only, at most 19.
-
-    Python's ``int()`` (and pydantic's lax integers) also read ``3_0`` as 30, ``+3``, `` 3``,
-    ``3.0`` and other scripts' digits; an id or cursor spelled any such way is none this
-    service gave out.
-    """
-    return int(text) if _DIGITS.fullmatch(text) else None
-
-
-def _decimal_query(value: Any) -> Any:
-    if isinstance(value, str) and parse_decimal(value) is None:
-        raise ValueError("must be written as plain decimal digits")
-    return value
-
-
-#: A query integer written as plain decimal digits (see :func:`parse_decimal`).
-DecimalDigits = BeforeValidator(_decimal_query)
+#: Page sizes when a request names none (each is lowered to LASTWORD_MAX_PAGE_SIZE too).
+DEFAULT_RUNS_PAGE = 50
+DEFAULT_EVENTS_PAGE = 100
 
 RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
     int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest)."), DecimalDigits
 ]
 WaitQuery = Annotated[
-    float, Query(ge=0, le=3600, description="Seconds to wait for the turn to end (capped by configuration).")
+    float,
+    Query(ge=0, allow_inf_nan=False,
+          description="Seconds to wait for the turn to end (lowered to LASTWORD_MAX_WAIT_SECONDS)."),
+]
+LimitQuery = Annotated[
+    int, Query(ge=1, description="Most items in the page (lowered to LASTWORD_MAX_PAGE_SIZE)."), DecimalDigits
 ]
 
 
@@ -127,7 +111,7 @@ def _cursor_pk(cursor: str) -> int:
     # Keys are positive 64-bit integers, written out exactly as _cursor writes them: anything
     # else (another base64 spelling, ``3_0``, leading zeros) was never given out.
     if not 0 < pk < MAX_INT64 or _cursor(pk) != cursor:
-        raise BadRequest("the cursor is not one this service gave out", code="invalid_cursor")
+        raise InvalidCursor("the cursor is not one this service gave out")
     return pk
 
 
@@ -135,16 +119,16 @@ def _cursor_pk(cursor: str) -> int:
 async def list_runs(
     request: Request,
     parentRunId: str | None = None,
-    status: Literal["running", "idle", "ended"] | None = None,
+    status: RunStatus | None = None,
     agent: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500), DecimalDigits] = 50,
+    limit: LimitQuery = DEFAULT_RUNS_PAGE,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
     before = _cursor_pk(cursor) if cursor else None  # ``?cursor=`` (empty) is the first page
     limit = min(limit, settings_of(request).max_page_size)
     # One more than asked for tells whether another page exists, so the last page says so.
-    runs = await service_of(request).store.list_runs(
+    runs = await service_of(request).list_runs(
         parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before
     )
     page = runs[:limit]
@@ -157,7 +141,7 @@ async def list_runs(
 @router.get("/runs/{runId}", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410))
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """The run with its current turn and status."""
-    return run_view(await service_of(request).store.get_run(runId))
+    return run_view(await service_of(request).get_run(runId))
 
 
 #: Events encoded between two looks at the event loop.
@@ -177,9 +161,9 @@ def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[
                 await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
             body = storable_json(event, index)
             if len(body) > settings.max_event_bytes:
-                raise PayloadTooLarge(
+                raise EventTooLarge(
                     f"event {index} is {len(body)} bytes as JSON; the limit is {settings.max_event_bytes}",
-                    code="event_too_large", index=index, limit=settings.max_event_bytes,
+                    index=index, limit=settings.max_event_bytes,
                 )
             encoded.append(body.decode())
         return await service.append(run_id, events, encoded)
@@ -248,7 +232,7 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
         answer = await ingest_text(request, limit, append)
         if answer["lastSeq"] is None:
             # An empty body stores nothing; the run must still exist, and lastSeq is its own.
-            answer["lastSeq"] = (await service.store.get_run(runId)).last_seq
+            answer["lastSeq"] = (await service.get_run(runId)).last_seq
         return answer
     if kind == "application/json":
         body = await read_model(request, ChunkText, limit)
@@ -267,7 +251,7 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
 async def end_turn(request: Request, runId: str) -> dict[str, Any]:
     """End the current turn; the same end again answers the same result."""
     body = await read_model(request, EndRequest, settings_of(request).max_body_bytes)
-    outcome = await service_of(request).end(runId, body.stopReason, body.error, cascade=body.cascade)
+    outcome = await service_of(request).end(runId, body.stop_reason, body.error, cascade=body.cascade)
     return result_view(outcome.turn)
 
 
@@ -280,7 +264,7 @@ async def next_turn(request: Request, runId: str) -> dict[str, Any]:
 @router.post("/runs/{runId}/close", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410, 409))
 async def close_run(request: Request, runId: str) -> dict[str, Any]:
     """Close a continuable run for good (an open turn ends as ``cancelled``)."""
-    return run_view(await service_of(request).close(runId))
+    return run_view(await service_of(request).close_run(runId))
 
 
 async def _disconnected(request: Request) -> None:
@@ -351,11 +335,11 @@ async def get_events(
     request: Request,
     runId: str,
     after: Annotated[int, Query(ge=0, le=MAX_INT64), DecimalDigits] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000), DecimalDigits] = 100,
+    limit: LimitQuery = DEFAULT_EVENTS_PAGE,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
     limit = min(limit, settings_of(request).max_page_size)
-    events = await service_of(request).store.events_after(runId, after, limit)
+    events = await service_of(request).events_after(runId, after, limit)
     return {
         "events": [logged_event_view(event) for event in events],
         "nextAfter": events[-1].seq if events else after,

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lastword.limits import MAX_USAGE_TOTAL
+
 Block = dict[str, Any]
 Event = Mapping[str, Any]
 
@@ -27,9 +29,6 @@ Event = Mapping[str, Any]
 BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-#: Totals saturate here, like each count (``TokenCount``): JavaScript reads integers exactly
-#: only up to 2**53 - 1, and a total past 64 bits could not even be stored.
-MAX_USAGE_TOTAL = 2**53 - 1
 
 
 def is_substantive(block: Mapping[str, Any]) -> bool:

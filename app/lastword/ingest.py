@@ -19,9 +19,19 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from lastword import json_input
-from lastword.errors import BadRequest, LastwordError, PayloadTooLarge, Unprocessable, UnsupportedMedia
+from lastword.errors import (
+    BatchTooLarge,
+    EmptyBatch,
+    InvalidUtf8,
+    LastwordError,
+    MalformedJson,
+    PayloadTooLarge,
+    TooDeeplyNested,
+    Unprocessable,
+    UnsupportedMedia,
+)
 from lastword.events import validate_events
-from lastword.store.base import AppendOutcome
+from lastword.records import AppendOutcome
 
 M = TypeVar("M", bound=BaseModel)
 Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]
@@ -79,16 +89,12 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
     except orjson.JSONEncodeError:
         where = "the body" if index is None else f"event {index}"
         extra = {} if index is None else {"index": index}
-        raise BadRequest(
-            f"{where} nests JSON deeper than {MAX_NESTING} levels", code="too_deeply_nested", **extra
-        ) from None
+        raise TooDeeplyNested(f"{where} nests JSON deeper than {MAX_NESTING} levels", **extra) from None
 
 
 def require_json(request: Request) -> None:
     if media_type(request) not in ("application/json", ""):
-        raise UnsupportedMedia(
-            f"expected application/json, got {media_type(request)!r}", code="unsupported_media_type"
-        )
+        raise UnsupportedMedia(f"expected application/json, got {media_type(request)!r}")
 
 
 async def read_model(request: Request, model: type[M], limit: int, *, optional: bool = False) -> M:
@@ -153,9 +159,8 @@ async def ingest_json(request: Request, limit: int, max_events: int, append: App
             items = json_input.parse_slice(piece, count)
             count += len(items)
             if count > max_events:
-                raise PayloadTooLarge(
-                    f"the batch holds more than {max_events} events; the limit is {max_events}",
-                    code="batch_too_large", limit=max_events,
+                raise BatchTooLarge(
+                    f"the batch holds more than {max_events} events; the limit is {max_events}", limit=max_events,
                 )
             parsed.append(items)
             await asyncio.sleep(0)
@@ -165,7 +170,7 @@ async def ingest_json(request: Request, limit: int, max_events: int, append: App
             events.extend(items)
             await asyncio.sleep(0)
     if not events:
-        raise Unprocessable("the batch holds no event", code="empty_batch")
+        raise EmptyBatch("the batch holds no event")
     progress = Progress()
     progress.add(await append(events))
     return progress.answer()
@@ -196,7 +201,7 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
     except LastwordError as error:
         raise progress.annotate(error) from None
     if progress.last_seq is None:
-        raise Unprocessable("the body holds no event", code="empty_batch")
+        raise EmptyBatch("the body holds no event")
     return progress.answer()
 
 
@@ -227,9 +232,7 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             json_input.refuse_inexact(line, index=position.index)
             validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
-            failure = BadRequest(
-                f"line {position.line} is not valid JSON: {error}", code="malformed_json", index=position.index
-            )
+            failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
         except Unprocessable as error:
             failure = error
         if failure is not None:
@@ -265,13 +268,13 @@ async def ingest_text(request: Request, limit: int, append: Append) -> dict[str,
             try:
                 text = decoder.decode(piece)
             except UnicodeDecodeError as error:
-                raise BadRequest(f"the body is not valid UTF-8: {error.reason}", code="invalid_utf8") from None
+                raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
             if text:
                 progress.add(await append([text_delta(text)]))
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise BadRequest("the body ends inside a UTF-8 character", code="invalid_utf8") from None
+            raise InvalidUtf8("the body ends inside a UTF-8 character") from None
     except ClientDisconnect:
         pass
     except LastwordError as error:

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from lastword.errors import BadRequest, Unprocessable
+from lastword.errors import MalformedJson, NumberOutOfRange
 
 #: The integers orjson reads and writes exactly.
 MIN_EXACT_INT = -(2**63)
@@ -40,8 +40,8 @@ _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[][{},]', re.DOTALL)
 _WHITESPACE = b" \t\r\n"
 
 
-def malformed(error: orjson.JSONDecodeError | ValueError, where: str = "the body") -> BadRequest:
-    return BadRequest(f"{where} is not valid JSON: {error}", code="malformed_json")
+def malformed(error: orjson.JSONDecodeError | ValueError, where: str = "the body") -> MalformedJson:
+    return MalformedJson(f"{where} is not valid JSON: {error}")
 
 
 def loads(raw: bytes, *, index: int | None = None) -> Any:
@@ -79,9 +79,8 @@ def check_exact(raw: bytes, *, items: bool, first_index: int | None) -> None:
         if first_index is not None:
             extra["index"] = first_index + offset
             where = f"event {first_index + offset}: {field}"
-        raise Unprocessable(
-            f"{where}: the integer is outside [-2**63, 2**64 - 1] and would not be kept exactly",
-            code="number_out_of_range", **extra,
+        raise NumberOutOfRange(
+            f"{where}: the integer is outside [-2**63, 2**64 - 1] and would not be kept exactly", **extra,
         )
 
 
@@ -130,7 +129,7 @@ def _slices(raw: bytes, begin: int, budget: int) -> Iterator[bytes]:
             depth -= 1
             if depth == 0:
                 if raw[match.end():].strip(_WHITESPACE):
-                    raise BadRequest("the body is not valid JSON: data after the array", code="malformed_json")
+                    raise MalformedJson("the body is not valid JSON: data after the array")
                 last = raw[piece_start : match.start()]
                 if last.strip(_WHITESPACE) or piece_start > begin:
                     yield last
@@ -138,7 +137,7 @@ def _slices(raw: bytes, begin: int, budget: int) -> Iterator[bytes]:
         elif depth == 1 and match.start() - piece_start >= budget:
             yield raw[piece_start : match.start()]
             piece_start = match.end()
-    raise BadRequest("the body is not valid JSON: the array is not closed", code="malformed_json")
+    raise MalformedJson("the body is not valid JSON: the array is not closed")
 
 
 def parse_slice(piece: bytes, first_index: int) -> list[Any]:
@@ -149,7 +148,7 @@ def parse_slice(piece: bytes, first_index: int) -> list[Any]:
     except orjson.JSONDecodeError as error:
         raise malformed(error) from None
     if not items:  # only an empty array has no item, and it yields no slice
-        raise BadRequest("the body is not valid JSON: an empty item in the array", code="malformed_json")
+        raise MalformedJson("the body is not valid JSON: an empty item in the array")
     if _LONG_DIGITS.search(piece):
         check_exact(raw, items=True, first_index=first_index)
     return list(items)
