@@ -83,7 +83,7 @@ def test_firehose_resumes_after_retention_deleted_its_newest_rows(make_settings:
             _wait_gone(api, run)
         for resume in (sent[-1], sent[0]):
             for how in ({"params": {"after": resume}}, {"headers": {"Last-Event-ID": str(resume)}}):
-                with api.stream("GET", "/v1/stream", timeout=10, **how) as stream:  # type: ignore[arg-type]
+                with api.stream("GET", "/v1/stream", timeout=10, **how) as stream:
                     assert stream.status_code == 200, (resume, stream.read())
         # Past what was ever sent is still refused.
         refused = api.get("/v1/stream", params={"after": sent[-1] + 1})

@@ -29,7 +29,7 @@ def _rows() -> list[tuple[str, str]]:
 
 def _routes() -> set[tuple[str, str]]:
     app = create_app(Settings(database_url="sqlite:///:memory:"))
-    return {(method, route.path) for route in app.routes for method in getattr(route, "methods", None) or ()}
+    return {(method, getattr(route, "path", "")) for route in app.routes for method in getattr(route, "methods", None) or ()}
 
 
 @pytest.mark.parametrize(("feature", "what"), [row for row in _rows() if not row[1].startswith("run option")])
