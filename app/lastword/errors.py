@@ -148,6 +148,10 @@ class RequestTimeout(LastwordError):
     status, code, title = 408, "header_timeout", "Request header timeout"
 
 
+class BodyTimeout(RequestTimeout):
+    code, title = "body_timeout", "Request body timeout"
+
+
 class Gone(LastwordError):
     status, code, title = 410, "run_deleted", "Gone"
 
