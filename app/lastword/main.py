@@ -23,6 +23,7 @@ from starlette.routing import Match
 
 from lastword import __version__
 from lastword.access import AccessControl
+from lastword.head import HeadAsGet
 from lastword.logs import RequestLog
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
@@ -82,6 +83,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
                        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                               for route in request.app.router.routes)}
+            if "GET" in methods:
+                methods.add("HEAD")  # lastword.head answers HEAD wherever GET is served
             if methods:
                 response.headers["Allow"] = ", ".join(sorted(methods))
         return response
@@ -144,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
+    app.add_middleware(HeadAsGet)  # innermost: access control and the log see HEAD as sent
     app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
     if settings.cors_origin_list:
         app.add_middleware(
