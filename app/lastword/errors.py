@@ -86,6 +86,10 @@ class InvalidUtf8(BadRequest):
     code = "invalid_utf8"
 
 
+class InvalidGzip(BadRequest):
+    code = "invalid_gzip"
+
+
 class TooDeeplyNested(BadRequest):
     code = "too_deeply_nested"
 
@@ -208,6 +212,14 @@ class EventTooLarge(PayloadTooLarge):
 
 class UnsupportedMedia(LastwordError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
+
+
+class UnsupportedCharset(UnsupportedMedia):
+    code = "unsupported_charset"
+
+
+class UnsupportedEncoding(UnsupportedMedia):
+    code = "unsupported_content_encoding"
 
 
 class Unprocessable(LastwordError):

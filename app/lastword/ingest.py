@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,12 +23,15 @@ from lastword import json_input
 from lastword.errors import (
     BatchTooLarge,
     EmptyBatch,
+    InvalidGzip,
     InvalidUtf8,
     LastwordError,
     MalformedJson,
     PayloadTooLarge,
     TooDeeplyNested,
     Unprocessable,
+    UnsupportedCharset,
+    UnsupportedEncoding,
     UnsupportedMedia,
 )
 from lastword.events import validate_events
@@ -47,16 +51,71 @@ def check_declared_length(request: Request, limit: int) -> None:
         raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}", limit=limit)
 
 
+def check_charset(request: Request) -> None:
+    """415 for a ``charset`` other than UTF-8: the body would be misread as UTF-8."""
+    for parameter in request.headers.get("content-type", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedCharset(f"the body must be UTF-8, not {value.strip()!r}", charset=value.strip())
+
+
+def content_encoding(request: Request) -> str | None:
+    """``"gzip"`` for a gzip body, None for a plain one; 415 for any other ``Content-Encoding``."""
+    codings = [coding.strip().lower() for coding in request.headers.get("content-encoding", "").split(",")]
+    codings = [coding for coding in codings if coding and coding != "identity"]
+    if not codings:
+        return None
+    if codings in (["gzip"], ["x-gzip"]):
+        return "gzip"
+    raise UnsupportedEncoding(
+        f"Content-Encoding {request.headers['content-encoding']!r} is not supported (gzip or identity)",
+        contentEncoding=request.headers["content-encoding"],
+    )
+
+
 async def body_pieces(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The body as it arrives, refused with 413 as soon as it passes ``limit`` bytes."""
+    """The body as it arrives (gzip decoded), refused with 413 as soon as it passes ``limit``
+    bytes; the limit counts decoded bytes, so a small gzip bomb is refused like a big body."""
+    check_charset(request)
+    encoding = content_encoding(request)
     check_declared_length(request, limit)
+    gunzip = _Gunzip() if encoding == "gzip" else None
     seen = 0
-    async for piece in request.stream():
+    async for received in request.stream():
+        piece = received if gunzip is None else gunzip.decode(received, limit - seen + 1)
         seen += len(piece)
         if seen > limit:
             raise PayloadTooLarge(f"the body passed the limit of {limit} bytes", limit=limit)
         if piece:
             yield piece
+    if gunzip is not None:
+        gunzip.finish()
+
+
+class _Gunzip:
+    """Incremental gzip decoding (members one after another, as RFC 1952 allows)."""
+
+    def __init__(self) -> None:
+        self._decoder = zlib.decompressobj(wbits=31)
+
+    def decode(self, data: bytes, most: int) -> bytes:
+        """Up to ``most`` decoded bytes of ``data`` (more are not decoded: the body is too big)."""
+        out = b""
+        try:
+            while data and len(out) < most:
+                out += self._decoder.decompress(data, most - len(out))
+                if self._decoder.unconsumed_tail:
+                    break  # ``most`` reached: the caller refuses the body
+                data = self._decoder.unused_data
+                if data:
+                    self._decoder = zlib.decompressobj(wbits=31)  # the next member
+        except zlib.error as error:
+            raise InvalidGzip(f"the body is not valid gzip: {error}") from None
+        return out
+
+    def finish(self) -> None:
+        if not self._decoder.eof:
+            raise InvalidGzip("the gzip body ends before its end")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
