@@ -166,6 +166,12 @@ class Hub:
             for waiter in waiters:
                 waiter.set()
 
+    @property
+    def result_waiters(self) -> int:
+        """How many readers are parked until a turn ends: counted once they have read their
+        turn and found it running (RunService.result), not while they still read it."""
+        return self.parked_waiters
+
     def turn_end_signal(self, run_id: str) -> asyncio.Event:
         """An event set when any turn of the run ends; call :meth:`release` when done."""
         signal = asyncio.Event()

@@ -36,12 +36,12 @@ class Metrics:
         self.runs_deleted = Counter(
             "lastword_runs_deleted", "Ended runs deleted by retention.", registry=self.registry
         )
-        self.result_waiters = Gauge(
-            "lastword_result_waiters", "Long polls (?wait=) waiting for a turn to end (counted when scraped).",
-            registry=self.registry,
-        )
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
+        )
+        self.result_waiters = Gauge(
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends (counted when scraped).",
+            registry=self.registry,
         )
 
     def observe_ingest(self, events: Sequence[dict[str, Any]], outcome: AppendOutcome, seconds: float) -> None:
