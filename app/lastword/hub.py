@@ -172,9 +172,12 @@ class Hub:
         turn and found it running (RunService.result), not while they still read it."""
         return self.parked_waiters
 
-    def turn_end_signal(self, run_id: str) -> asyncio.Event:
-        """An event set when any turn of the run ends; call :meth:`release` when done."""
-        signal = asyncio.Event()
+    def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
+        """An event set when any turn of the run ends; call :meth:`release` when done.
+
+        Passing ``signal`` adds the same event to another run, so one waiter hears many runs.
+        """
+        signal = signal or asyncio.Event()
         self._turn_ends[run_id].add(signal)
         return signal
 
