@@ -1,0 +1,106 @@
+"""Reading a body of provider events: a JSON array, NDJSON, or a raw ``text/event-stream``.
+
+Each yields ``(index, event)`` as the body streams in, ``index`` counting the events read
+(array items, non-blank lines, SSE messages with data). A body that is not JSON where JSON
+belongs is refused with 400 naming that index; an event that is not a JSON object with 422.
+
+The ``text/event-stream`` body is parsed by httpx-sse (the parser of the SSE client that the
+rest of lastword's tooling uses): the body pieces are handed to it as the stream of an
+``httpx.Response``, so lines split across pieces, ``\\r\\n`` endings and multi-line ``data:``
+fields are its business, not ours. Its ``event:`` names are not used: Anthropic and OpenAI
+repeat the name as the data's ``type``, and ACP has none. A ``data: [DONE]`` sentinel is
+skipped. UTF-8 is checked strictly on the raw bytes first, because the text decoder underneath
+would quietly replace a bad byte.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import EventSource
+
+from lastword.errors import BadRequest, Unprocessable
+
+#: Content types → body framing.
+FRAMINGS = {
+    "application/json": "json",
+    "": "json",
+    "application/x-ndjson": "ndjson",
+    "application/ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "text/event-stream": "sse",
+}
+
+def _event(value: Any, index: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Unprocessable(f"event {index} is not a JSON object", code="invalid_provider_event", index=index)
+    return value
+
+
+def _loads(raw: bytes | str, index: int) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"event {index} is not valid JSON: {error}", code="malformed_json", index=index) from None
+
+
+async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    if framing == "json":
+        body = b"".join([piece async for piece in pieces])
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            raise BadRequest(f"the body is not valid JSON: {error}", code="malformed_json", index=0) from None
+        for index, value in enumerate(data if isinstance(data, list) else [data]):
+            yield index, _event(value, index)
+    elif framing == "ndjson":
+        index = 0
+        pending = b""
+        async for piece in pieces:
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if line.strip():
+                    yield index, _event(_loads(line, index), index)
+                    index += 1
+        if pending.strip():
+            yield index, _event(_loads(pending, index), index)
+    else:
+        index = 0
+        async for message in EventSource(_as_response(pieces)).aiter_sse():
+            data = message.data
+            if not data or data == "[DONE]":
+                continue
+            yield index, _event(_loads(data, index), index)
+            index += 1
+
+
+class _CheckedStream(httpx.AsyncByteStream):
+    """The body pieces, refused with 400 at the first byte that is not UTF-8."""
+
+    def __init__(self, pieces: AsyncIterator[bytes]) -> None:
+        self._pieces = pieces
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self._pieces:
+            try:
+                self._decoder.decode(piece)
+            except UnicodeDecodeError as error:
+                raise BadRequest(f"the body is not valid UTF-8: {error.reason}", code="invalid_utf8") from None
+            yield piece
+        try:
+            self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise BadRequest("the body ends inside a UTF-8 character", code="invalid_utf8") from None
+
+
+def _as_response(pieces: AsyncIterator[bytes]) -> httpx.Response:
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream; charset=utf-8"}, stream=_CheckedStream(pieces)
+    )
+
