@@ -155,10 +155,15 @@ class OpenAIStream:
     def __init__(self, response_id: str) -> None:
         self.response_id = response_id
         self.events: list[Provider] = []
-        self.output: list[Any] = []
+        self.output: list[Any] = []  # the finished items, as the terminal response lists them
+        self._items = 0  # items added (finished or not): the next output_index
 
     def _n(self) -> int:
         return len(self.events)
+
+    def _next(self, prefix: str) -> tuple[int, str]:
+        self._items += 1
+        return self._items - 1, f"{prefix}_{self._items - 1}"
 
     def response(self, status: str, **extra: Any) -> ot.Response:
         return ot.Response(
@@ -174,7 +179,7 @@ class OpenAIStream:
         return self
 
     def message(self, *deltas: str, refusal: str | None = None, done: bool = True) -> OpenAIStream:
-        at_index, item_id = len(self.output), f"msg_{len(self.output)}"
+        at_index, item_id = self._next("msg")
         self.events.append(ot.ResponseOutputItemAddedEvent(
             type="response.output_item.added", sequence_number=self._n(), output_index=at_index,
             item=ot.ResponseOutputMessage(id=item_id, type="message", role="assistant", status="in_progress", content=[])))
@@ -212,7 +217,7 @@ class OpenAIStream:
         return self
 
     def function_call(self, call_id: str, name: str, *pieces: str, done: bool = True) -> OpenAIStream:
-        at_index, item_id = len(self.output), f"fc_{len(self.output)}"
+        at_index, item_id = self._next("fc")
         self.events.append(ot.ResponseOutputItemAddedEvent(
             type="response.output_item.added", sequence_number=self._n(), output_index=at_index,
             item=ot.ResponseFunctionToolCall(type="function_call", id=item_id, call_id=call_id, name=name,
@@ -234,7 +239,7 @@ class OpenAIStream:
         return self
 
     def reasoning(self, *deltas: str) -> OpenAIStream:
-        at_index, item_id = len(self.output), f"rs_{len(self.output)}"
+        at_index, item_id = self._next("rs")
         self.events.append(ot.ResponseOutputItemAddedEvent(
             type="response.output_item.added", sequence_number=self._n(), output_index=at_index,
             item=ot.ResponseReasoningItem(type="reasoning", id=item_id, summary=[])))
