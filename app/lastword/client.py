@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ from tenacity import (
 )
 
 from lastword.ids import new_run_id
-from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
+from lastword.schemas import AppendResult, IngestResult, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",
@@ -74,6 +74,28 @@ class StreamMessage:
     data: dict[str, Any]
 
 
+#: What ``push_provider_stream`` takes: a whole body (bytes or str, sent as is and retried on
+#: failure), or an iterable of provider events (dicts or SDK models, sent as NDJSON) or of raw
+#: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed and not retried.
+ProviderBody = bytes | str | Iterable[Any]
+AsyncProviderBody = bytes | str | Iterable[Any] | AsyncIterable[Any]
+
+
+def _event_json(event: Any) -> bytes:
+    """One provider event as NDJSON: a dict, or an SDK model serialised as its SDK does."""
+    if hasattr(event, "to_dict"):  # the anthropic and openai SDKs' models
+        event = event.to_dict()
+    elif isinstance(event, BaseModel):  # e.g. agent-client-protocol's schema models
+        event = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return orjson.dumps(event) + b"\n"
+
+
+def _sniff(body: bytes) -> str:
+    """The content type of a whole body: a JSON array, NDJSON, or (otherwise) SSE."""
+    head = body.lstrip()[:1]
+    return {b"[": "application/json", b"{": "application/x-ndjson"}.get(head, "text/event-stream")
+
+
 class _Core:
     def __init__(self, token: str | None, retries: int, backoff: float) -> None:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -95,6 +117,21 @@ class _Core:
             dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex}
             for event in events
         ]
+
+    def provider_request(
+        self, run_id: str, format: str, end: bool, idempotency_key: str | None, content_type: str | None
+    ) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """The path, query and headers of an ingest of a provider stream.
+
+        An ACP stream has no ids of its own, so it gets an ``Idempotency-Key`` before the first
+        attempt, as events get ``eventId``s: a retried body is then counted as duplicates.
+        """
+        headers = {} if content_type is None else {"content-type": content_type}
+        if idempotency_key is None and format == "acp":
+            idempotency_key = uuid.uuid4().hex
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return f"/v1/runs/{run_id}/ingest/{format}", {"end": "true" if end else "false"}, headers
 
     @staticmethod
     def create_body(run_id: str | None, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -216,6 +253,25 @@ class LastwordClient:
     def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
         body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
         return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
+
+    def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (``anthropic``, ``openai-responses``, ``acp``; SPEC §13).
+
+        A whole body (bytes or str) is retried on failure; an iterable is streamed once.
+        """
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        if isinstance(body, bytes):
+            path, params, headers = self._core.provider_request(
+                run_id, format, end, idempotency_key, content_type or _sniff(body))
+            return self._core.decode(self._request("POST", path, params=params, content=body, headers=headers),
+                                     IngestResult)
+        pieces, kind = _pieces(body)
+        path, params, headers = self._core.provider_request(run_id, format, end, idempotency_key, content_type or kind)
+        response = self._http.post(path, params=params, content=pieces, headers=headers)
+        return self._core.decode(response, IngestResult)
 
     def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
@@ -341,6 +397,26 @@ class AsyncLastwordClient:
         body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
         return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
 
+    async def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: AsyncProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (SPEC §13); an async iterable is streamed as it yields."""
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        if isinstance(body, bytes):
+            path, params, headers = self._core.provider_request(
+                run_id, format, end, idempotency_key, content_type or _sniff(body))
+            return self._core.decode(await self._request("POST", path, params=params, content=body, headers=headers),
+                                     IngestResult)
+        if isinstance(body, AsyncIterable):
+            pieces, kind = await _apieces(body)
+        else:
+            sync_pieces, kind = _pieces(body)
+            pieces = _async_of(sync_pieces)
+        path, params, headers = self._core.provider_request(run_id, format, end, idempotency_key, content_type or kind)
+        response = await self._http.post(path, params=params, content=pieces, headers=headers)
+        return self._core.decode(response, IngestResult)
+
     async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
         if error is not None:
@@ -392,3 +468,41 @@ class AsyncLastwordClient:
                     return
             except httpx.TransportError as error:
                 await asyncio.sleep(resume.failed(error))
+
+
+def _encode(item: Any) -> bytes:
+    return item if isinstance(item, bytes) else item.encode() if isinstance(item, str) else _event_json(item)
+
+
+def _pieces(items: Iterable[Any]) -> tuple[Iterator[bytes], str]:
+    """The body pieces of an iterable, and its content type (taken from its first item)."""
+    iterator = iter(items)
+    first = next(iterator, None)
+    kind = "text/event-stream" if isinstance(first, (bytes, str)) else "application/x-ndjson"
+
+    def pieces() -> Iterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        for item in iterator:
+            yield _encode(item)
+
+    return pieces(), kind
+
+
+async def _apieces(items: AsyncIterable[Any]) -> tuple[AsyncIterator[bytes], str]:
+    iterator = aiter(items)
+    first = await anext(iterator, None)
+    kind = "text/event-stream" if isinstance(first, (bytes, str)) else "application/x-ndjson"
+
+    async def pieces() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        async for item in iterator:
+            yield _encode(item)
+
+    return pieces(), kind
+
+
+async def _async_of(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
