@@ -99,10 +99,13 @@ def _checked(staged: list[dict[str, Any]], origins: list[int], limit: int) -> li
     try:
         validate_events(staged)
     except Unprocessable as error:
+        # Adapters check the values they read; this is a safety net, so it names the provider
+        # event that completed the refused one (for a message, the last event of the body).
         at = origins[error.extra["index"]]
         raise Unprocessable(
-            f"event {at} gives {error.detail}", code="invalid_provider_event", index=at,
-            field=error.extra.get("field"),
+            f"event {at} makes a session event that is not valid: {error.extra.get('field')}: "
+            f"{error.extra['errors'][0]['message']}",
+            code="invalid_provider_event", index=at, field=error.extra.get("field"),
         ) from None
     encoded: list[str] = []
     for position, event in enumerate(staged):

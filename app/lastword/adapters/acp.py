@@ -103,6 +103,8 @@ class ACPAdapter(ProviderAdapter):
         turn_end: Event = {"type": "turn/end", "stopReason": stop_reason}
         raw_usage = self.optional(index, result, "usage", dict, "result.")
         if raw_usage is not None:
+            self.counts(index, raw_usage, ("inputTokens", "outputTokens", "cachedReadTokens", "cachedWriteTokens"),
+                        "result.usage.")
             usage = usage_of((
                 ("inputTokens", raw_usage.get("inputTokens")),
                 ("outputTokens", raw_usage.get("outputTokens")),

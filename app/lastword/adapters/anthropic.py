@@ -41,6 +41,8 @@ _USAGE_FIELDS = (
     ("cache_creation_input_tokens", "cacheWriteTokens"),
 )
 
+_COUNTS = tuple(theirs for theirs, _ in _USAGE_FIELDS)
+
 
 class _Block:
     """One content block being assembled (deltas kept in lists, joined once at the end)."""
@@ -125,6 +127,7 @@ class AnthropicAdapter(ProviderAdapter):
             message = self.need(index, event, "message", dict)
             self._message_id = self.need(index, message, "id", str, "message.")
             self._usage = dict(self.optional(index, message, "usage", dict, "message.") or {})
+            self.counts(index, self._usage, _COUNTS, "message.usage.")
             self._started = True
             self._raw.append(event)
             return []
@@ -154,6 +157,7 @@ class AnthropicAdapter(ProviderAdapter):
             if delta.get("stop_details") is not None:
                 self._stop_details = delta["stop_details"]
             usage = self.optional(index, event, "usage", dict) or {}
+            self.counts(index, usage, _COUNTS, "usage.")
             # Cumulative counts: a non-null value replaces the one before, never adds to it.
             self._usage.update((key, value) for key, value in usage.items() if value is not None)
         else:  # message_stop

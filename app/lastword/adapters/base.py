@@ -98,6 +98,13 @@ class ProviderAdapter(abc.ABC):
             return None
         return self.need(index, container, key, kind, path)
 
+    def counts(self, index: int, container: dict[str, Any], keys: Iterable[str], path: str) -> None:
+        """Refuse a token count that is not a non-negative integer (a null one means unknown)."""
+        for key in keys:
+            value = container.get(key)
+            if value is not None and (type(value) is not int or value < 0):
+                raise self.refuse(index, f"{path}{key}", "expected a non-negative integer")
+
     def extension(self, kind: str, event_id: str | None, raw: Event, **fields: Any) -> Event:
         """An ``x-<format>-<kind>`` event: kept, never interpreted."""
         event: Event = {"type": f"x-{self.format}-{kind}", **fields}

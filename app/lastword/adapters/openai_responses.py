@@ -95,6 +95,17 @@ class OpenAIResponsesAdapter(ProviderAdapter):
                 if self._terminal is not None:
                     raise self.refuse(index, "type", f"{kind} after {self._terminal[0]}: one body is one response")
                 self._terminal = (kind, response)
+                usage = response.get("usage")
+                if isinstance(usage, dict):
+                    self.counts(index, usage, ("input_tokens", "output_tokens"), "response.usage.")
+                    details = usage.get("input_tokens_details")
+                    if isinstance(details, dict):
+                        self.counts(index, details, ("cached_tokens", "cache_write_tokens"),
+                                    "response.usage.input_tokens_details.")
+                        cached, total = details.get("cached_tokens"), usage.get("input_tokens")
+                        if isinstance(cached, int) and isinstance(total, int) and cached > total:
+                            raise self.refuse(index, "response.usage.input_tokens_details.cached_tokens",
+                                              "more cached tokens than input tokens")
         elif kind == "response.output_item.done":
             at = self.need(index, event, "output_index", int)
             item = self.need(index, event, "item", dict)
