@@ -247,8 +247,8 @@ class OpenAIStream:
             self.events.append(ot.ResponseReasoningSummaryTextDeltaEvent(
                 type="response.reasoning_summary_text.delta", sequence_number=self._n(), item_id=item_id,
                 output_index=at_index, summary_index=0, delta=text))
-        item = ot.ResponseReasoningItem(type="reasoning", id=item_id,
-                                        summary=[Summary(type="summary_text", text="".join(deltas))],
+        summary = [Summary(type="summary_text", text="".join(deltas))] if deltas else []
+        item = ot.ResponseReasoningItem(type="reasoning", id=item_id, summary=summary,
                                         encrypted_content="opaque")
         self.events.append(ot.ResponseOutputItemDoneEvent(
             type="response.output_item.done", sequence_number=self._n(), output_index=at_index, item=item))

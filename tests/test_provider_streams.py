@@ -249,6 +249,18 @@ async def test_openai_reasoning_summary(shared_base_url: str) -> None:  # noqa: 
     agrees(seen, [{"type": "reasoning", "text": "Two callers."}, {"type": "text", "text": "Done."}], "completed")
 
 
+async def test_openai_reasoning_without_summary_hides_nothing(shared_base_url: str) -> None:  # noqa: F811
+    """A step cut at max_output_tokens after a summary-less reasoning item does not hide the previous answer."""
+    first = OpenAIStream("resp_ans").created().message("The answer is in config.py.").function_call("call_1", "read", "{}")
+    body1 = first.completed(first.usage(10, 10))
+    second = OpenAIStream("resp_think").created().reasoning()
+    body2 = second.incomplete("max_output_tokens", second.usage(20, 500))
+    seen = await play(shared_base_url, [Body("openai-responses", body1), Body("openai-responses", body2)])
+    assert messages(seen)[1]["content"] == []
+    agrees(seen, [{"type": "text", "text": "The answer is in config.py."},
+                  {"type": "tool_call", "id": "call_1", "name": "read", "input": {}}], "max_tokens")
+
+
 async def test_openai_refusal_and_content_filter(shared_base_url: str) -> None:  # noqa: F811
     """A refusal part is kept as a refusal block; incomplete for content_filter is a refusal stop."""
     builder = OpenAIStream("resp_ref").created().message(refusal="I can't help with that.")

@@ -10,7 +10,8 @@ their deltas, ``response.output_item.done``) and one terminal event (``response.
   order: a ``message`` item's ``output_text`` parts → ``text`` blocks and ``refusal`` parts →
   ``{type: "refusal", text}``; a ``function_call`` → ``tool_call`` (``id`` is its
   ``call_id``; dropped when its arguments do not parse to an object); a ``reasoning`` item →
-  ``reasoning`` holding its summary texts joined by a blank line, no signature; any other item
+  ``reasoning`` holding its summary texts joined by a blank line, no signature (none when it
+  has no summary text: see ``_blocks``); any other item
   kept as sent. An item that was added but never finished adds nothing, so a response that
   finished none gives an empty, usage-only message.
 * Usage: ``input_tokens`` minus ``input_tokens_details.cached_tokens`` is ``inputTokens``
@@ -201,6 +202,11 @@ def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
     if kind == "reasoning":
         summary = item.get("summary") or []
         texts = [part["text"] for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)]
+        if not "".join(texts):
+            # Only encrypted content (no summary asked for): nothing a reader can use, and a
+            # reasoning block counts as substantive, so keeping it would let an empty-handed
+            # step (cut at max_output_tokens after its reasoning) hide the previous answer.
+            return []
         return [{"type": "reasoning", "text": "\n\n".join(texts)}]
     return [item]
 
