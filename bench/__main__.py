@@ -32,6 +32,7 @@ SCENARIOS = {
     "e": "bench.idle",
     "f": "bench.fold",
     "g": "bench.restart",
+    "h": "bench.adapter",
 }
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"

@@ -96,12 +96,14 @@ def _checked(staged: list[dict[str, Any]], origins: list[int], limit: int) -> li
     The adapters check the shape of what they read; the values they pass on (token counts, a
     stop reason) are checked here by the §4 rules, and each event's size against the body limit.
     """
+    # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
+    checked = [position for position, event in enumerate(staged) if event["type"] != "assistant/chunk"]
     try:
-        validate_events(staged)
+        validate_events([staged[position] for position in checked])
     except Unprocessable as error:
         # Adapters check the values they read; this is a safety net, so it names the provider
         # event that completed the refused one (for a message, the last event of the body).
-        at = origins[error.extra["index"]]
+        at = origins[checked[error.extra["index"]]]
         raise Unprocessable(
             f"event {at} makes a session event that is not valid: {error.extra.get('field')}: "
             f"{error.extra['errors'][0]['message']}",

@@ -114,6 +114,15 @@ class AnthropicAdapter(ProviderAdapter):
 
     def feed(self, index: int, event: Event) -> list[Event]:
         self.events_read += 1
+        kind = event.get("type")
+        if kind == "content_block_delta" and not self._stopped:
+            # The hot path (most of a stream): a text delta of a started text block.
+            delta, at = event.get("delta"), event.get("index")
+            block = self._blocks.get(at) if type(at) is int else None
+            if (block is not None and type(delta) is dict and delta.get("type") == "text_delta"
+                    and type(text := delta.get("text")) is str and block.start["type"] == "text"):
+                block.parts.append(text)
+                return [chunk("text", text, self._id(index), {"format": "anthropic", "events": [event]})]
         kind = self.need(index, event, "type", str)
         if kind == "ping":
             return []
