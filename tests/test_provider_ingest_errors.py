@@ -101,3 +101,14 @@ def test_a_tool_call_turn_then_the_next_step(shared_api: httpx.Client) -> None: 
     step2 = post(shared_api, run["runId"], "anthropic", sse(anthropic_stream("msg_s2", [a_text("final")])))
     assert step2.json()["stopReason"] == "completed"
     assert shared_api.get(f"/v1/runs/{run['runId']}/result").json()["output"] == [{"type": "text", "text": "final"}]
+
+
+def test_a_longer_retry_of_a_cut_off_message_conflicts(shared_api: httpx.Client) -> None:  # noqa: F811
+    """The whole stream after its cut-off part is 409 and stores nothing, rather than a second message counted twice."""
+    run = create(shared_api)
+    whole = anthropic_stream("msg_twice", [a_text("Half ", "and the rest")])
+    assert post(shared_api, run["runId"], "anthropic", sse(whole[:5])).status_code == 200
+    before = logged(shared_api, run["runId"])
+    again = post(shared_api, run["runId"], "anthropic", sse(whole))
+    assert again.status_code == 409 and again.json()["code"] == "event_id_conflict"
+    assert logged(shared_api, run["runId"]) == before
