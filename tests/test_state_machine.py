@@ -55,7 +55,7 @@ STOP_REASONS = {
 
 def substantive(block: dict[str, Any]) -> bool:
     if block["type"] == "text":
-        return block["text"].strip() != ""
+        return bool(block["text"].strip() != "")
     return block["type"] != "tool_result" and block["type"] not in BOOKKEEPING
 
 
@@ -258,7 +258,7 @@ class Lifecycle(RuleBasedStateMachine):
     # -- rules ----------------------------------------------------------------------------
 
     @initialize(target=runs, mode=st.sampled_from(["oneshot", "continuable"]))
-    def first_run(self, mode: str) -> str:
+    def first_run(self, mode: str) -> Any:
         return self.create(mode)
 
     @rule(target=runs, mode=st.sampled_from(["oneshot", "continuable"]))
@@ -430,11 +430,12 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def unknown_run(self) -> None:
         """Every operation on a run that does not exist answers 404."""
-        for method, path, kwargs in [
+        requests: list[tuple[str, str, dict[str, Any]]] = [
             ("GET", "", {}), ("GET", "/result", {}), ("GET", "/events", {}),
             ("POST", "/events", {"json": {"type": "x-a"}}), ("POST", "/end", {"json": {"stopReason": "stop"}}),
             ("POST", "/turns", {}), ("POST", "/close", {}),
-        ]:
+        ]
+        for method, path, kwargs in requests:
             response = self.client.request(method, f"/v1/runs/no-such-run{path}", **kwargs)
             assert response.status_code == 404, (method, path, response.text)
 

@@ -46,7 +46,10 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 
 def spec(run_id: str) -> RunSpec:
-    return RunSpec(run_id, None, None, "oneshot", {}, None, f'{{"runId":"{run_id}"}}')
+    return RunSpec(
+        run_id=run_id, parent_run_id=None, agent=None, mode="oneshot", metadata={}, lease_seconds=None,
+        canonical=f'{{"runId":"{run_id}"}}',
+    )
 
 
 def chunk(text: str) -> dict[str, Any]:
