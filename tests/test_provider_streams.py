@@ -134,7 +134,7 @@ async def test_anthropic_text_then_tool_call_leaves_the_turn_open(shared_base_ur
                               stop_reason="tool_use")
     seen = await play(shared_base_url, [Body("anthropic", stream)], then_end="cancelled")
     assert "stopReason" not in seen.answers[0] and seen.answers[0]["providerStopReason"] == "tool_use"
-    output = [{"type": "text", "text": anthropic_text(stream)},
+    output: list[dict[str, Any]] = [{"type": "text", "text": anthropic_text(stream)},
               {"type": "tool_call", "id": "toolu_1", "name": "search", "input": {"query": "parse_config"}}]
     # The turn stayed open until the parent ended it: the stop reason is the parent's.
     agrees(seen, output, "cancelled")
@@ -152,7 +152,7 @@ async def test_anthropic_truncated_tool_call_at_max_tokens_keeps_the_earlier_tex
     assert seen.answers[1]["stopReason"] == "max_tokens"
     logged = messages(seen)
     assert logged[1]["content"] == [] and logged[1]["usage"] == {"inputTokens": 150, "outputTokens": 4096}
-    output = [{"type": "text", "text": "Found three call sites; two pass a path."},
+    output: list[dict[str, Any]] = [{"type": "text", "text": "Found three call sites; two pass a path."},
               {"type": "tool_call", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}}]
     agrees(seen, output, "max_tokens")
     assert seen.result["usage"]["inputTokens"] == 250 and seen.result["usage"]["outputTokens"] == 4126

@@ -90,6 +90,10 @@ class TooDeeplyNested(BadRequest):
     code = "too_deeply_nested"
 
 
+class InvalidIdempotencyKey(BadRequest):
+    code = "invalid_idempotency_key"
+
+
 class InvalidCursor(BadRequest):
     code = "invalid_cursor"
 
@@ -212,6 +216,10 @@ class Unprocessable(LastwordError):
 
 class InvalidEvent(Unprocessable):
     code = "invalid_event"
+
+
+class InvalidProviderEvent(Unprocessable):
+    code = "invalid_provider_event"
 
 
 class EmptyBatch(Unprocessable):

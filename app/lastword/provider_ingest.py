@@ -24,7 +24,16 @@ from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import ADAPTERS
 from lastword.adapters.framing import FRAMINGS, provider_events
-from lastword.errors import BadRequest, LastwordError, NotFound, PayloadTooLarge, Unprocessable, UnsupportedMedia
+from lastword.errors import (
+    BadRequest,
+    EmptyBatch,
+    EventTooLarge,
+    InvalidEvent,
+    InvalidIdempotencyKey,
+    InvalidProviderEvent,
+    LastwordError,
+    UnsupportedMedia,
+)
 from lastword.events import validate_events
 from lastword.ingest import body_pieces, media_type, storable_json
 from lastword.service import RunService
@@ -40,20 +49,13 @@ def idempotency_key(request: Request) -> str | None:
     if key is None:
         return None
     if not _KEY.fullmatch(key) or len(key) > MAX_IDEMPOTENCY_KEY:
-        raise BadRequest(
-            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters",
-            code="invalid_idempotency_key",
-        )
+        raise InvalidIdempotencyKey(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters")
     return key
 
 
 async def ingest_provider_stream(
     request: Request, service: RunService, settings: Settings, run_id: str, format: str, end: bool
 ) -> dict[str, Any]:
-    if format not in ADAPTERS:
-        raise NotFound(
-            f"no adapter for {format!r}; the formats are {', '.join(ADAPTERS)}", code="unknown_format", format=format
-        )
     framing = FRAMINGS.get(media_type(request))
     if framing is None:
         raise UnsupportedMedia(
@@ -70,9 +72,9 @@ async def ingest_provider_stream(
             staged.extend(made)
             origins.extend([index] * len(made))
     except ClientDisconnect:
-        raise BadRequest("the body was cut off before its end; nothing was stored", code="body_cut_off") from None
+        raise BadRequest("the body was cut off before its end; nothing was stored") from None
     if adapter.events_read == 0:
-        raise Unprocessable("the body holds no event", code="empty_batch", index=0)
+        raise EmptyBatch("the body holds no event", index=0)
     made = adapter.finish(end=end)
     staged.extend(made)
     origins.extend([index] * len(made))
@@ -81,7 +83,7 @@ async def ingest_provider_stream(
         outcome = await service.append(run_id, staged, encoded)
         answer: dict[str, Any] = {"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq}
     else:  # only skipped events (pings): nothing to store, but the run must exist
-        answer = {"accepted": 0, "duplicates": 0, "lastSeq": (await service.store.get_run(run_id)).last_seq}
+        answer = {"accepted": 0, "duplicates": 0, "lastSeq": (await service.get_run(run_id)).last_seq}
     stop = adapter.stop
     if stop.stop_reason is not None:
         answer["stopReason"] = stop.stop_reason
@@ -100,14 +102,14 @@ def _checked(staged: list[dict[str, Any]], origins: list[int], limit: int) -> li
     checked = [position for position, event in enumerate(staged) if event["type"] != "assistant/chunk"]
     try:
         validate_events([staged[position] for position in checked])
-    except Unprocessable as error:
+    except InvalidEvent as error:
         # Adapters check the values they read; this is a safety net, so it names the provider
         # event that completed the refused one (for a message, the last event of the body).
         at = origins[checked[error.extra["index"]]]
-        raise Unprocessable(
+        raise InvalidProviderEvent(
             f"event {at} makes a session event that is not valid: {error.extra.get('field')}: "
             f"{error.extra['errors'][0]['message']}",
-            code="invalid_provider_event", index=at, field=error.extra.get("field"),
+            index=at, field=error.extra.get("field"),
         ) from None
     encoded: list[str] = []
     for position, event in enumerate(staged):
@@ -118,9 +120,9 @@ def _checked(staged: list[dict[str, Any]], origins: list[int], limit: int) -> li
             error.detail = f"event {origins[position]} nests JSON too deeply to be stored"
             raise
         if len(body) > limit:
-            raise PayloadTooLarge(
+            raise EventTooLarge(
                 f"event {origins[position]} makes an event of {len(body)} bytes; the limit is {limit}",
-                code="event_too_large", index=origins[position], limit=limit,
+                index=origins[position], limit=limit,
             )
         encoded.append(body.decode())
     return encoded

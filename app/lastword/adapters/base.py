@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lastword.errors import Unprocessable
+from lastword.errors import InvalidProviderEvent
 
 Event = dict[str, Any]
 
@@ -43,10 +43,8 @@ class StreamStop:
     error: Any = None
 
 
-class NotTheFormat(Unprocessable):
-    """A well-formed event that is not what the named format sends (422, naming its index)."""
-
-    code = "invalid_provider_event"
+#: A well-formed event that is not what the named format sends (422, naming its index).
+NotTheFormat = InvalidProviderEvent
 
 
 class ProviderAdapter(abc.ABC):

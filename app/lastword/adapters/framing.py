@@ -24,7 +24,7 @@ import orjson
 # (a chain of async generators per line). The version is pinned below 0.5 in pyproject.toml.
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from lastword.errors import BadRequest, Unprocessable
+from lastword.errors import InvalidProviderEvent, InvalidUtf8, MalformedJson
 
 #: Content types → body framing.
 FRAMINGS = {
@@ -38,7 +38,7 @@ FRAMINGS = {
 
 def _event(value: Any, index: int) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise Unprocessable(f"event {index} is not a JSON object", code="invalid_provider_event", index=index)
+        raise InvalidProviderEvent(f"event {index} is not a JSON object", index=index)
     return value
 
 
@@ -46,7 +46,7 @@ def _loads(raw: bytes | str, index: int) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise BadRequest(f"event {index} is not valid JSON: {error}", code="malformed_json", index=index) from None
+        raise MalformedJson(f"event {index} is not valid JSON: {error}", index=index) from None
 
 
 async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
@@ -55,7 +55,7 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as error:
-            raise BadRequest(f"the body is not valid JSON: {error}", code="malformed_json", index=0) from None
+            raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
         for index, value in enumerate(data if isinstance(data, list) else [data]):
             yield index, _event(value, index)
     elif framing == "ndjson":
@@ -78,14 +78,14 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             try:
                 text = decoder.decode(piece)
             except UnicodeDecodeError as error:
-                raise BadRequest(f"the body is not valid UTF-8: {error.reason}", code="invalid_utf8") from None
+                raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
             for event in _sse_events(line_decoder.decode(text) if text else [], messages):
                 yield index, _event(_loads(event, index), index)
                 index += 1
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise BadRequest("the body ends inside a UTF-8 character", code="invalid_utf8") from None
+            raise InvalidUtf8("the body ends inside a UTF-8 character") from None
         # As the SSE standard says, a message not closed by a blank line when the body ends
         # is incomplete, and is dropped (so is httpx-sse's EventSource).
 
