@@ -48,12 +48,19 @@ def end(reason: str = "completed") -> dict[str, Any]:
 
 
 @dataclass
+class Logged:
+    seq: int
+    type: str
+    body: dict[str, Any]
+
+
+@dataclass
 class Memory:
     """A run as a store would keep it: the record, its turns, its log, and the open turn's fold."""
 
     run: RunRecord
     turns: dict[int, TurnRecord] = field(default_factory=dict)
-    log: list[runstate.NewEvent] = field(default_factory=list)
+    log: list[Logged] = field(default_factory=list)
     fold: TurnFold = field(default_factory=TurnFold)
 
     @classmethod
@@ -63,10 +70,12 @@ class Memory:
         return memory
 
     def apply(self, change: runstate.Change) -> None:
-        seqs = [event.seq for event in change.events]
-        assert seqs == list(range(self.log[-1].seq + 1 if self.log else 1, change.run.last_seq + 1)), \
-            "a change logs the seqs after the run's last, gap-free, up to its new last"
-        self.log.extend(change.events)
+        logged = [Logged(seq, event["type"], event) for seq, event, _ in change.appended]
+        logged += [Logged(event.seq, event.type, event.body) for event in change.events]
+        assert [entry.seq for entry in logged] == list(
+            range(self.log[-1].seq + 1 if self.log else 1, change.run.last_seq + 1)
+        ), "a change logs the seqs after the run's last, gap-free, up to its new last"
+        self.log.extend(logged)
         if change.started is not None:
             self.turns[change.started.turn] = change.started
             self.fold = TurnFold(last_seq=change.started.start_seq)

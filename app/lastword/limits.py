@@ -12,6 +12,9 @@ from __future__ import annotations
 #: out, and a query naming one is refused (422) rather than sent to the database.
 MAX_INT64 = 2**63 - 1
 
+#: Longest agent name (characters).
+MAX_AGENT_LENGTH = 200
+
 #: Longest ``eventId`` (characters), on every ingest path (events, chunk text, fast path).
 MAX_EVENT_ID_LENGTH = 200
 

@@ -25,7 +25,7 @@ The rules, in one place:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lastword import lifecycle
@@ -36,24 +36,19 @@ from lastword.stop_reasons import StopReason, normalise_stop_reason
 
 #: An event as ingested: a validated JSON object.
 Event = dict[str, Any]
+#: An ingested event to log in the open turn: ``(seq, event, its JSON if the caller has it)``.
+#: A plain tuple, not a record: one is made per ingested event, on the hottest path.
+Appended = tuple[int, Event, str | None]
 
 
-@dataclass(slots=True, kw_only=True)  # not frozen: built per ingested event, and frozen inits cost
+@dataclass(slots=True, frozen=True, kw_only=True)
 class NewEvent:
-    """An event to add to a run's log."""
+    """A lifecycle event the service adds to a run's log (and to the firehose)."""
 
     seq: int
     turn: int
     type: str
     body: Event
-    event_id: str | None = None
-    #: The body as JSON when the caller has it already (saves encoding it twice).
-    encoded: str | None = None
-
-    @property
-    def lifecycle(self) -> bool:
-        """Whether it goes to the firehose as well (``subagent/*``, ``run/closed``)."""
-        return self.type in lifecycle.LIFECYCLE_TYPES
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -73,16 +68,21 @@ class Change:
     """What one operation changes, for the store to persist in one transaction."""
 
     run: RunRecord  # the run afterwards
-    events: list[NewEvent] = field(default_factory=list)  # to log, in seq order
+    #: Ingested events to log in the open turn, in seq order, before ``events``.
+    appended: list[Appended] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)  # lifecycle events to log, in seq order
     started: TurnRecord | None = None  # a turn that begins
     ended: TurnEnd | None = None  # the turn that ends
 
     def then(self, later: Change) -> Change:
-        """This change followed by ``later`` (computed from ``self.run``)."""
+        """This change followed by ``later`` (computed from ``self.run``; it appends nothing)."""
         if self.ended is not None and later.ended is not None:
             raise ValueError("one change ends at most one turn")
+        if later.appended:
+            raise ValueError("ingested events come first in a change")
         return Change(
             run=later.run,
+            appended=self.appended,
             events=[*self.events, *later.events],
             started=later.started or self.started,
             ended=later.ended or self.ended,
@@ -90,6 +90,20 @@ class Change:
 
 
 # -- small rules -----------------------------------------------------------------------
+
+
+def _moved(
+    run: RunRecord, *, last_seq: int, lease_expires_at: float | None, updated_at: float,
+    status: RunStatus | None = None, turn: int | None = None,
+) -> RunRecord:
+    """``run`` after a change (``dataclasses.replace`` spelled out: it runs once per ingest
+    request, and the generic one costs several times more)."""
+    return RunRecord(
+        pk=run.pk, run_id=run.run_id, parent_run_id=run.parent_run_id, agent=run.agent, mode=run.mode,
+        metadata=run.metadata, lease_seconds=run.lease_seconds, canonical=run.canonical,
+        status=run.status if status is None else status, turn=run.turn if turn is None else turn,
+        last_seq=last_seq, lease_expires_at=lease_expires_at, created_at=run.created_at, updated_at=updated_at,
+    )
 
 
 def lease_expiry(lease_seconds: float, now: float) -> float | None:
@@ -203,7 +217,7 @@ def append(
     if not accepts_events(run):
         raise ValueError("append to a run that is not running")
     seq = run.last_seq
-    events: list[NewEvent] = []
+    logged: list[Appended] = []
     end: tuple[StopReason, Any] | None = None
     for index, event in fresh:
         if end is not None:
@@ -212,17 +226,13 @@ def append(
                 index=index, runId=run.run_id, turn=run.turn, stopReason=end[0],
             )
         seq += 1
-        kind = event["type"]
-        events.append(NewEvent(
-            seq=seq, turn=run.turn, type=kind, body=event, event_id=event.get("eventId"),
-            encoded=None if encoded is None else encoded[index],
-        ))
+        logged.append((seq, event, None if encoded is None else encoded[index]))
         fold.push(event, seq)
-        if kind == "turn/end":
+        if event["type"] == "turn/end":
             end = (normalise_stop_reason(event["stopReason"]), event.get("error"))
     appended = Change(
-        run=replace(run, last_seq=seq, lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now),
-        events=events,
+        run=_moved(run, last_seq=seq, lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now),
+        appended=logged,
     )
     if end is None:
         return appended
@@ -272,8 +282,8 @@ def end_turn(
         run.run_id, run.parent_run_id, run.agent, run.turn, stop_reason, output, usage, error, now
     )
     return Change(
-        run=replace(run, last_seq=seq, status=status or status_after_turn(run.mode), lease_expires_at=None,
-                    updated_at=now),
+        run=_moved(run, last_seq=seq, status=status or status_after_turn(run.mode), lease_expires_at=None,
+                   updated_at=now),
         events=[NewEvent(seq=seq, turn=run.turn, type=body["type"], body=body)],
         ended=TurnEnd(turn=run.turn, ended_at=now, stop_reason=stop_reason, error=error, output=output,
                       usage=usage),
@@ -296,8 +306,8 @@ def next_turn(run: RunRecord, now: float) -> Change:
             f"run {run.run_id!r} is ended: a new turn starts only when the run is idle", runStatus="ended"
         )
     seq, turn = run.last_seq + 1, run.turn + 1
-    after = replace(run, last_seq=seq, status="running", turn=turn,
-                    lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now)
+    after = _moved(run, last_seq=seq, status="running", turn=turn,
+                   lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now)
     started, event = _start(after, turn, seq, now)
     return Change(run=after, events=[event], started=started)
 
@@ -331,7 +341,7 @@ def close(run: RunRecord, fold: TurnFold | None, now: float) -> Change:
     seq = last.last_seq + 1
     body = lifecycle.closed_event(last.run_id, last.parent_run_id, last.agent, now)
     closed = Change(
-        run=replace(last, last_seq=seq, status="ended", lease_expires_at=None, updated_at=now),
+        run=_moved(last, last_seq=seq, status="ended", lease_expires_at=None, updated_at=now),
         events=[NewEvent(seq=seq, turn=last.turn, type=body["type"], body=body)],
     )
     return change.then(closed)

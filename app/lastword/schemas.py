@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
 from lastword.records import RunMode, RunStatus
-from lastword.limits import MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
@@ -19,7 +19,7 @@ class _Strict(BaseModel):
 class RunCreate(_Strict):
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
-    agent: str | None = Field(None, max_length=200)
+    agent: str | None = Field(None, max_length=MAX_AGENT_LENGTH)
     mode: RunMode = "oneshot"
     metadata: dict[str, Any] = Field(default_factory=dict)
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)

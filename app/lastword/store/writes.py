@@ -1,9 +1,9 @@
 """Persisting a :class:`lastword.runstate.Change`: the rows it adds and updates, as it says.
 
-Nothing here decides: the run state machine did. Events are stored in ``seq`` order, plain ones
-in batches (the dialect may use COPY), lifecycle ones one by one with their firehose row; a
-commit notice covers each range of ``seq`` up to and including a lifecycle event, so a replica
-learns every feed id it must publish.
+Nothing here decides: the run state machine did. Events are stored in ``seq`` order: the
+ingested ones in one batch (the dialect may use COPY), then the lifecycle ones one by one with
+their firehose row; a commit notice covers each range of ``seq`` up to and including a
+lifecycle event, so a replica learns every feed id it must publish.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from lastword.lifecycle import LIFECYCLE_TYPES
 from lastword.records import RunRecord, StoredEvent
-from lastword.runstate import Change, NewEvent
+from lastword.runstate import Appended, Change, NewEvent
 from lastword.store.dialect import Dialect
 from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
 from lastword.store.tx import Tx
@@ -36,11 +36,10 @@ def insert_run(tx: Tx, run: RunRecord) -> int | None:
     return None if row is None else int(row[0])
 
 
-def event_rows(run_id: str, events: list[NewEvent], now: float) -> list[tuple[Any, ...]]:
+def event_rows(run_id: str, turn: int, appended: list[Appended], now: float) -> list[tuple[Any, ...]]:
     return [
-        (run_id, event.seq, event.turn, event.type, event.event_id,
-         event.encoded if event.encoded is not None else dumps(event.body), now)
-        for event in events
+        (run_id, seq, turn, event["type"], event.get("eventId"), encoded if encoded is not None else dumps(event), now)
+        for seq, event, encoded in appended
     ]
 
 
@@ -57,24 +56,19 @@ def persist(tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: fl
             (run.run_id, started.turn, started.start_seq, started.started_at),
         )
     live: list[StoredEvent] = []
-    plain: list[NewEvent] = []
+    if change.appended:
+        dialect.insert_events(tx, event_rows(run.run_id, run.turn, change.appended, now))
+        live = [
+            StoredEvent(run_id=run.run_id, seq=seq, turn=run.turn, type="assistant/chunk", body=event,
+                        received_at=now, event_id=event.get("eventId"))
+            for seq, event, _ in change.appended if event["type"] == "assistant/chunk"
+        ]
     start = first_seq
     for event in change.events:
-        if event.type not in LIFECYCLE_TYPES:
-            plain.append(event)
-            if event.type == "assistant/chunk":
-                live.append(StoredEvent(run_id=run.run_id, seq=event.seq, turn=event.turn, type=event.type,
-                                        body=event.body, received_at=now, event_id=event.event_id))
-            continue
-        if plain:
-            dialect.insert_events(tx, event_rows(run.run_id, plain, now))
-            plain = []
         stored = _insert_lifecycle(tx, dialect, run, event, now)
         live.append(stored)
         dialect.after_commit_notice(tx, run.run_id, start, event.seq, stored.feed_id)
         start = event.seq + 1
-    if plain:
-        dialect.insert_events(tx, event_rows(run.run_id, plain, now))
     if start <= run.last_seq:
         dialect.after_commit_notice(tx, run.run_id, start, run.last_seq, None)
     if change.ended is not None:
