@@ -26,6 +26,7 @@ from lastword.access import AccessControl
 from lastword.logs import RequestLog
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
+from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -141,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.include_router(dashboard_router)
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.

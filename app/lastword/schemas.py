@@ -77,8 +77,26 @@ class Run(BaseModel):
     updatedAt: str
 
 
+class TurnSummary(BaseModel):
+    """A run's latest turn in a run list (``?include=result``): the result without its output."""
+
+    runId: str
+    turn: int
+    status: Literal["running", "ended"]
+    stopReason: str | None = None
+    isError: bool
+    usage: Usage | None = None
+    error: Any = None
+    startedAt: str
+    endedAt: str | None = None
+
+
+class RunInList(Run):
+    result: TurnSummary | None = None
+
+
 class RunList(BaseModel):
-    runs: list[Run]
+    runs: list[RunInList]
     nextCursor: str | None = None
 
 

@@ -86,11 +86,16 @@ class RunService:
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None, limit: int,
-        before_pk: int | None,
+        before_pk: int | None, stop_reason: StopReason | None = None,
     ) -> list[RunRecord]:
         return await self._store.list_runs(
-            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk
+            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk,
+            stop_reason=stop_reason,
         )
+
+    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
+        """Each run's latest turn as stored (an open one without its usage so far)."""
+        return await self._store.current_turns(run_ids)
 
     async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
         return await self._store.snapshot(run_id)
