@@ -49,6 +49,8 @@ class RunService:
         self.clock = clock
         #: The most rows one internal read asks for (children of a run, the streams' log pages).
         self.page_size = page_size
+        #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
+        self.end_observers: list[Callable[[StoredEvent], None]] = []
 
     @property
     def _hub(self) -> Hub:
@@ -56,6 +58,11 @@ class RunService:
 
     def _published(self, stored: Sequence[StoredEvent]) -> None:
         self._fanout.committed(stored)
+        if self.end_observers:
+            for event in stored:
+                if event.type == "subagent/end":
+                    for observe in self.end_observers:
+                        observe(event)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -123,6 +130,11 @@ class RunService:
     def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
         self.metrics.subscribers.inc()
         return self._hub.subscribe_feed(parent_run_id)
+
+    @property
+    def result_waiters(self) -> int:
+        """How many long polls are parked until a turn ends."""
+        return self._hub.result_waiters
 
     def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:
         """End a subscription from :meth:`subscribe_run` (``run_id``) or :meth:`subscribe_feed`."""

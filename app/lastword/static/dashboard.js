@@ -1026,9 +1026,9 @@
     $('f-stop').value = wanted.stopReason;
     $('f-agent').value = wanted.agent;
     Object.assign(state.filters, { status: wanted.status, stopReason: wanted.stopReason, agent: wanted.agent });
-    // Learn whether a token is needed before opening a stream (an EventSource cannot tell).
-    try { await api('/v1/runs?limit=1'); } catch (error) { showNotice(`Could not reach lastword: ${error.message}`); }
     // Subscribe first, then read the list: whatever happens in between arrives on the stream.
+    // When a token is needed the stream fails at once, the list's request asks for the token,
+    // and the stream, reopened with it, reads the list again once it is open (see openFeed).
     openFeed();
     await Promise.race([feed.opened, new Promise((resolve) => setTimeout(resolve, 3000))]);
     await loadPage(true);
