@@ -26,6 +26,7 @@ from lastword.access import AccessControl
 from lastword.logs import RequestLog
 from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
+from lastword.api_docs import document
 from lastword.api import router as api_router
 from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
@@ -101,7 +102,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {}).setdefault("schemas", {}).update(event_schema_components())
         schema["components"]["schemas"].setdefault("Problem", Problem.model_json_schema())
-        app.openapi_schema = schema
+        app.openapi_schema = document(schema)
     return app.openapi_schema
 
 
@@ -115,7 +116,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_store(settings)
-        await store.open()
+        try:
+            await store.open()
+        except Unavailable as error:
+            # One line that says what to do, ahead of the framework's traceback.
+            log.error("cannot start: %s", error.detail)
+            raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size)
         # Before the start, whose sweep may end turns: those are spans too.

@@ -167,7 +167,7 @@ class RunService:
     ) -> AppendOutcome:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
-        self.metrics.observe_ingest(events, outcome, time.perf_counter() - started)
+        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

@@ -844,8 +844,10 @@
       return el('li', null, el('div', { class: 'role', text: message.role }), ...content.map(renderBlock));
     }));
     $('d-transcript-count').textContent = `(${body.messages.length} messages)`;
-    const omitted = (body.omitted || []).length;
-    $('d-transcript-omitted').textContent = omitted ? `${omitted} item(s) left out of the transcript; see GET …/messages for why.` : '';
+    // Nothing disappears silently: name what the transcript left out, and why.
+    const omitted = (body.omitted || []).map((item) =>
+      `event ${item.seq}${item.block !== undefined ? ` block ${item.block}` : ''}: ${item.reason}`);
+    $('d-transcript-omitted').textContent = omitted.length ? `Left out: ${omitted.join('; ')}.` : '';
     $('d-transcript-sec').hidden = false;
   }
 

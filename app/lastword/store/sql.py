@@ -9,6 +9,7 @@ This module decides nothing about runs or turns; it sequences reads, decisions a
 from __future__ import annotations
 
 import abc
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -107,6 +108,7 @@ class SqlStore(Store):
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
+            accepted_types=dict(Counter(event["type"] for _, event in fresh)),
         )
 
     async def end_turn(
