@@ -6,7 +6,7 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from lastword.errors import BatchTooLarge, EventTooLarge, InvalidCursor, UnsupportedMedia
@@ -279,7 +279,8 @@ INGEST_BODY = {
 async def ingest_provider(
     request: Request,
     runId: str,
-    format: Literal["anthropic", "openai-responses", "acp"],
+    format: Annotated[Literal["anthropic", "openai-responses", "acp"],
+                      Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP.")],
     end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn.")] = False,
 ) -> dict[str, Any]:
     """Store a provider's own stream (one model call) as session events (SPEC §13)."""

@@ -116,9 +116,9 @@ class _Call(Generic[T]):
 
 #: What ``push_provider_stream`` takes: a whole body (bytes or str, sent as is and retried on
 #: failure), or an iterable of provider events (dicts or SDK models, sent as NDJSON) or of raw
-#: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed once.
-ProviderBody = bytes | str | Iterable[Any]
-AsyncProviderBody = bytes | str | Iterable[Any] | AsyncIterable[Any]
+#: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed once; the async
+#: client also takes async iterables of either.
+ProviderBody = bytes | str | Iterable[Any] | AsyncIterable[Any]
 
 
 def _event_json(event: Any) -> bytes:
@@ -454,6 +454,8 @@ class LastwordClient:
         A whole body (bytes or str) is retried on failure; an iterable is streamed once.
         """
         body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        if isinstance(body, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.push_provider_stream")
         if isinstance(body, bytes):
             content: Any = body
             kind = _sniff(body)
@@ -579,7 +581,7 @@ class AsyncLastwordClient:
         return await self._send(self._core.push_text(run_id, text, event_id))
 
     async def push_provider_stream(
-        self, run_id: str, format: str, body_or_iterable: AsyncProviderBody, *, end: bool = False,
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
         idempotency_key: str | None = None, content_type: str | None = None,
     ) -> IngestResult:
         """Store a provider's own stream (SPEC §13); an async iterable is streamed as it yields."""
