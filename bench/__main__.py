@@ -33,6 +33,7 @@ SCENARIOS = {
     "f": "bench.fold",
     "g": "bench.restart",
     "h": "bench.adapter",
+    "w": "bench.webhooks",
 }
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -236,3 +237,33 @@ def test_wait_result_time_outs_are_the_same_in_both_clients(base_url: str) -> No
         isinstance(sync_timeout, dict) and isinstance(async_timeout, dict)
         and sync_timeout.keys() == async_timeout.keys()
         and all(abs(sync_timeout[k] - async_timeout[k]) < 1 for k in sync_timeout))
+
+
+def test_wait_result_keeps_to_the_turn_current_when_called(base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait that needs several polls answers the turn that was current when it was called,
+    even when that turn ends and the next one starts between two polls."""
+    monkeypatch.setattr("lastword.client.WAIT_PER_REQUEST", 0.2)  # a poll ends while turn 1 runs
+    first_poll_answered, next_turn_started = threading.Event(), threading.Event()
+
+    class PausingAfterFirstPoll(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            if request.url.path.endswith("/result") and not first_poll_answered.is_set():
+                first_poll_answered.set()
+                assert next_turn_started.wait(30)
+            return response
+
+    with LastwordClient(base_url) as setup:
+        run = setup.create_run(mode="continuable")
+    results: list[Any] = []
+    with LastwordClient(base_url, transport=PausingAfterFirstPoll()) as waiter:
+        thread = threading.Thread(target=lambda: results.append(waiter.wait_result(run.runId, timeout=3)))
+        thread.start()
+        assert first_poll_answered.wait(30)
+        with httpx.Client(base_url=base_url) as api:
+            api.post(f"/v1/runs/{run.runId}/end", json={"stopReason": "completed"}).raise_for_status()
+            api.post(f"/v1/runs/{run.runId}/turns").raise_for_status()
+        next_turn_started.set()
+        thread.join(30)
+    [result] = results
+    assert (result.turn, result.status, result.stopReason) == (1, "ended", "completed")

@@ -36,7 +36,7 @@ from tenacity import (
 
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
-from lastword.schemas import AppendResult, IngestResult, Run, SubagentResult, ToolResult
+from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",
@@ -262,6 +262,11 @@ class _Core:
         return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult),
                      params={"end": "true" if end else "false"}, content=body, headers=headers)
 
+    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
+                     params={"wait": wait, "any": "true" if any_child else "false"},
+                     timeout=self.long_poll_timeout(wait))
+
     @staticmethod
     def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Copies of the events, each with an ``eventId`` (kept when it has one)."""
@@ -316,6 +321,10 @@ class _Wait:
         return self._core.result(self._run_id, self._turn, self._wait)
 
     def finished(self, result: SubagentResult) -> bool:
+        # Without a turn asked for, the next polls ask for the turn the first answer was about:
+        # a continuable run's next turn must not replace the one the caller is waiting for.
+        if self._turn is None:
+            self._turn = result.turn
         return result.status == "ended" or self._wait <= 0
 
 
@@ -473,12 +482,25 @@ class LastwordClient:
         return self._send(self._core.result(run_id, turn))
 
     def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
         wait = _Wait(self._core, run_id, timeout, turn)
         while True:
             result = self._send(wait.next_call())
             if wait.finished(result):
                 return result
+
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """Every child's current turn once all have ended (``any_child``: the first), or as they
+        stand when ``timeout`` runs out; ``done`` says which."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
 
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
@@ -606,12 +628,24 @@ class AsyncLastwordClient:
         return await self._send(self._core.result(run_id, turn))
 
     async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
         wait = _Wait(self._core, run_id, timeout, turn)
         while True:
             result = await self._send(wait.next_call())
             if wait.finished(result):
                 return result
+
+    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """As :meth:`LastwordClient.join`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = await self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
