@@ -46,13 +46,6 @@ def shared_api(shared_base_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-def create(api: httpx.Client, **body: Any) -> dict[str, Any]:
-    """Create a run (201) and return it."""
-    response = api.post("/v1/runs", json=body)
-    assert response.status_code == 201, response.text
-    return dict(response.json())
-
-
 def logged(api: httpx.Client, run_id: str) -> list[dict[str, Any]]:
     """The run's whole log, as ``{seq, turn, receivedAt, event}`` items."""
     response = api.get(f"/v1/runs/{run_id}/events", params={"limit": 1000})
@@ -73,30 +66,6 @@ def result(api: httpx.Client, run_id: str, **params: Any) -> dict[str, Any]:
     response = api.get(f"/v1/runs/{run_id}/result", params=params)
     assert response.status_code == 200, response.text
     return dict(response.json())
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def chunk(value: str, event_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
-
-
-def message(*blocks: dict[str, Any] | str, usage: dict[str, int] | None = None,
-            event_id: str | None = None) -> dict[str, Any]:
-    """An ``assistant/message``; plain strings become text blocks."""
-    content = [text(block) if isinstance(block, str) else block for block in blocks]
-    body: dict[str, Any] = {"content": content}
-    if usage is not None:
-        body["usage"] = usage
-    event: dict[str, Any] = {"type": "assistant/message", "message": body}
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
 
 
 def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:

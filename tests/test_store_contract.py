@@ -20,6 +20,7 @@ import pytest
 
 from lastword.settings import Settings
 from lastword.store import RunSpec, Store, open_store
+from tests.builders import chunk
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +48,6 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 def spec(run_id: str) -> RunSpec:
     return RunSpec(run_id, None, None, "oneshot", {}, None, f'{{"runId":"{run_id}"}}')
-
-
-def chunk(text: str) -> dict[str, Any]:
-    return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
 
 
 STARTER = textwrap.dedent(

@@ -10,12 +10,9 @@ from hypothesis import strategies as st
 
 from lastword.fold import final_assistant_output
 from lastword.tool_result import NO_TEXT_OUTPUT, tool_result
+from tests.builders import text
 
 NOT_COMPLETED = ["max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
 
 
 def only_text(result: dict[str, Any]) -> str:
