@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -91,7 +92,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
+    """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
+    timestamps and retention are reckoned by: tests pass one they advance themselves."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -99,7 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = open_store(settings)
         await store.open()
         hub = Hub(settings.subscriber_buffer)
-        service = RunService(store, hub, app.state.metrics)
+        service = RunService(store, hub, app.state.metrics, clock=clock)
         app.state.service = service
         notifier = app.state.notifier = open_notifier(store, service)
         if notifier is not None:

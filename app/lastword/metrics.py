@@ -39,6 +39,9 @@ class Metrics:
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
+        self.result_waiters = Gauge(
+            "lastword_result_waiters", "Result requests (?wait=) waiting for a turn to end.", registry=self.registry
+        )
 
     def observe_ingest(self, events: Sequence[dict[str, Any]], outcome: AppendOutcome, seconds: float) -> None:
         self.ingest_seconds.observe(seconds)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -125,8 +127,9 @@ class LastwordServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it)."""
+def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it);
+    ``clock`` is handed to :func:`create_app`."""
     protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds})
     options: dict[str, Any] = {
         "host": settings.host,
@@ -139,4 +142,4 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
         "lifespan": "on",
     }
     options.update(overrides)
-    return uvicorn.Config(create_app(settings), **options)
+    return uvicorn.Config(create_app(settings, clock=clock), **options)

@@ -188,6 +188,8 @@ class RunService:
         """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end."""
         deadline = time.monotonic() + wait
         signal = self.hub.turn_end_signal(run_id) if wait > 0 else None
+        if signal is not None:
+            self.metrics.result_waiters.inc()
         try:
             while True:
                 # Cleared before the read: an end published while the read runs stays set.
@@ -204,6 +206,7 @@ class RunService:
         finally:
             if signal is not None:
                 self.hub.release(run_id, signal)
+                self.metrics.result_waiters.dec()
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""
