@@ -450,3 +450,16 @@ def test_output_never_holds_tool_results_bookkeeping_or_blank_text(operations: l
         assert block["type"] not in ("tool_result", "step-start", "step-finish", "patch")
         if block["type"] == "text":
             assert block["text"].strip()
+
+
+def test_a_fresh_fold_starts_before_the_first_seq() -> None:
+    """A new fold has seen no event: last_seq is 0 unless given."""
+    assert TurnFold().last_seq == 0
+    assert TurnFold(last_seq=7).last_seq == 7
+
+
+def test_a_text_delta_without_text_adds_nothing() -> None:
+    """A text delta that carries no text (not valid input, but as stored) adds nothing to the fallback."""
+    events = [chunk("a"), {"type": "assistant/chunk", "delta": {"type": "text"}}, chunk("b")]
+    assert fold_of(events).collect() == [text("ab")]
+    assert fold_of([{"type": "assistant/chunk", "delta": {"type": "text"}}]).collect() == []
