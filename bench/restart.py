@@ -38,6 +38,7 @@ RUNS = 10
 
 async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]:
     """Fill the log; what each run's result must be: ``{run_id: {status, stopReason, output}}``."""
+    from lastword.fanout import LocalFanout
     from lastword.hub import Hub
     from lastword.metrics import Metrics
     from lastword.schemas import RunCreate
@@ -47,8 +48,8 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
 
     store = open_store(Settings(database_url=url))
     await store.open()
-    now = RunService(store, Hub(), Metrics())
-    hour_ago = RunService(store, Hub(), Metrics(), clock=lambda: time.time() - 3600)
+    now = RunService(store, LocalFanout(Hub()), Metrics())
+    hour_ago = RunService(store, LocalFanout(Hub()), Metrics(), clock=lambda: time.time() - 3600)
     expected: dict[str, dict[str, Any]] = {}
     if layout == "single":
         plan = [("g-single-open", "deltas", "open", total)]

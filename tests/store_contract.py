@@ -20,12 +20,22 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
 
-from lastword.errors import Conflict, Gone, NotFound, RunEnded
+from lastword.errors import (
+    Conflict,
+    EventIdConflict,
+    NotContinuable,
+    RunDeleted,
+    RunEnded,
+    RunExists,
+    RunNotFound,
+    TurnAlreadyEnded,
+    TurnNotFound,
+)
 from lastword.settings import Settings
 from lastword.store import RunSpec, Store, open_store
 from tests.builders import chunk, message, text, turn_end, usage
@@ -34,10 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000.0  # "now" for the tests: any fixed time will do
 
 
-def spec(run_id: str, *, mode: str = "oneshot", parent: str | None = None, agent: str | None = None,
-         lease: float | None = None, metadata: dict[str, Any] | None = None) -> RunSpec:
+def spec(run_id: str, *, mode: Literal["oneshot", "continuable"] = "oneshot", parent: str | None = None,
+         agent: str | None = None, lease: float | None = None, metadata: dict[str, Any] | None = None) -> RunSpec:
     body = {"runId": run_id, "mode": mode, "parentRunId": parent, "agent": agent, "leaseSeconds": lease}
-    return RunSpec(run_id, parent, agent, mode, metadata or {}, lease, orjson.dumps(body).decode())
+    return RunSpec(run_id=run_id, parent_run_id=parent, agent=agent, mode=mode, metadata=metadata or {},
+                   lease_seconds=lease, canonical=orjson.dumps(body).decode())
 
 
 def bodies(events: list[Any]) -> list[dict[str, Any]]:
@@ -50,7 +61,7 @@ STARTER = textwrap.dedent(
     from lastword.settings import Settings
     from lastword.store import open_store
 
-    async def main():
+    async def main() -> None:
         store = open_store(Settings(database_url=sys.argv[1], lease_seconds=0))
         while time.time() < float(sys.argv[2]):
             time.sleep(0.0005)
@@ -109,7 +120,7 @@ class StoreContract:
         first, _, _ = await store.create_run(spec("r1", metadata={"k": 1}), T0)
         again, created, stored = await store.create_run(spec("r1", metadata={"k": 1}), T0 + 5)
         assert (again, created, stored) == (first, False, [])
-        with pytest.raises(Conflict):
+        with pytest.raises(RunExists):
             await store.create_run(spec("r1", agent="other"), T0 + 5)
         assert len(await store.events_after("r1", 0, 10)) == 1
 
@@ -124,7 +135,7 @@ class StoreContract:
             store.close_run("nope", T0),
             store.turn_result("nope", None),
         ):
-            with pytest.raises(NotFound):
+            with pytest.raises(RunNotFound):
                 await operation
         assert not any((await store.count_runs()).values())
 
@@ -178,7 +189,7 @@ class StoreContract:
         await store.append("r1", [chunk("one", "e1")], T0)
         retry = await store.append("r1", [chunk("one", "e1"), chunk("two", "e2")], T0)
         assert (retry.accepted, retry.duplicates, retry.last_seq) == (1, 1, 3)
-        with pytest.raises(Conflict):
+        with pytest.raises(EventIdConflict):
             await store.append("r1", [chunk("three", "e3"), chunk("not one", "e1")], T0)
         assert [event.body for event in await store.events_after("r1", 1, 10)] == [chunk("one", "e1"), chunk("two", "e2")]
         _, turn = await store.turn_result("r1", None)
@@ -228,7 +239,7 @@ class StoreContract:
         assert "lastAssistantMessage" not in first.stored[0].body
         again = await store.end_turn("r1", "error", {"message": "boom"}, T0 + 2)
         assert again is not None and not again.changed and again.turn == first.turn
-        with pytest.raises(Conflict):
+        with pytest.raises(TurnAlreadyEnded):
             await store.end_turn("r1", "completed", None, T0 + 3)
         assert (await store.get_run("r1")).last_seq == 2
 
@@ -250,7 +261,7 @@ class StoreContract:
         assert (second.stop_reason, second.output) == ("cancelled", [text("two")])
         _, first = await store.turn_result("c", 1)
         assert first.output == [text("one")]
-        with pytest.raises(NotFound):
+        with pytest.raises(TurnNotFound):
             await store.turn_result("c", 3)
         assert (await store.close_run("c", T0 + 3))[1] == []  # closing again changes nothing
 
@@ -260,7 +271,7 @@ class StoreContract:
         await store.create_run(spec("o"), T0)
         await store.end_turn("o", "completed", None, T0)
         for operation in (store.start_turn("o", T0), store.close_run("o", T0)):
-            with pytest.raises(Conflict):
+            with pytest.raises(NotContinuable):
                 await operation
 
     # -- leases ----------------------------------------------------------------------------------
@@ -329,7 +340,7 @@ class StoreContract:
         await store.create_run(spec("recent"), T0)
         await store.end_turn("recent", "completed", None, T0 + 100)
         assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
-        with pytest.raises(Gone):
+        with pytest.raises(RunDeleted):
             await store.get_run("old")
         assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
                                                             limit=10, before_pk=None)} == {"open", "recent"}

@@ -262,7 +262,7 @@ _near_text_deltas = st.fixed_dictionaries(
 
 @settings(max_examples=400, deadline=None)
 @given(_near_text_deltas)
-def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict) -> None:
+def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict[str, Any]) -> None:
     """The text-delta shortcut never lets through an event that the full check would refuse."""
     from lastword.events import _EVENT, is_plain_text_delta
 

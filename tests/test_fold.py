@@ -127,7 +127,7 @@ def test_message_whose_only_block_is_a_tool_result_is_not_substantive() -> None:
 
 def test_tool_result_and_user_message_events_are_never_output() -> None:
     """tool/result and user/message events, with text or blocks, never select and never feed the fallback."""
-    events = [
+    events: list[Event] = [
         {"type": "user/message", "message": {"content": "please answer"}},
         {"type": "user/message", "message": {"content": [text("more please")]}},
         {"type": "tool/result", "toolCallId": "c1", "content": [text("tool text")], "isError": False},
@@ -199,7 +199,7 @@ def test_white_space_only_streamed_text_gives_empty_output() -> None:
 
 def test_extension_and_step_events_are_ignored() -> None:
     """x- events and step/start, step/finish change neither output nor usage."""
-    noise = [
+    noise: list[Event] = [
         {"type": "x-vendor/trace", "text": "looks like text", "usage": usage(9, 9)},
         {"type": "x-assistant/message", "message": {"content": [text("not a message")], "usage": usage(5, 5)}},
         {"type": "step/start", "step": 1},

@@ -127,5 +127,5 @@ class _Workflow(SCHEMA.as_state_machine()):  # type: ignore[misc]
 
 def test_linked_sequences_match_the_document(fuzz_backend: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Sequences that create a run and then use it (events, chunks, end, turns, reads) all answer as documented."""
-    workflow = type("Workflow", (_Workflow,), {"backend": fuzz_backend, "tmp_path_factory": tmp_path_factory})
+    workflow: Any = type("Workflow", (_Workflow,), {"backend": fuzz_backend, "tmp_path_factory": tmp_path_factory})
     workflow.run(settings=settings(FUZZ_SETTINGS, max_examples=max(EXAMPLES // 2, 5), stateful_step_count=8))

@@ -104,3 +104,25 @@ def test_page_sizes_are_capped(make_settings: Any) -> None:
             api.post("/v1/runs", json={})
         runs = api.get("/v1/runs", params={"limit": 100}).json()
         assert len(runs["runs"]) == 3 and "nextCursor" in runs
+
+
+def test_page_sizes_follow_the_setting_not_a_literal(make_settings: Any) -> None:
+    """With max_page_size above the old fixed bounds (500 runs, 1000 events), a page that large is served."""
+    with threaded_server(make_settings(max_page_size=2000)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        api.post(f"/v1/runs/{run}/events", json=[{"type": "x-a"}] * 1200).raise_for_status()
+        page = api.get(f"/v1/runs/{run}/events", params={"limit": 1500})
+        assert page.status_code == 200, page.text
+        assert len(page.json()["events"]) == 1201
+        runs = api.get("/v1/runs", params={"limit": 501})
+        assert runs.status_code == 200, runs.text
+
+
+def test_wait_is_lowered_to_the_setting_not_refused(make_settings: Any) -> None:
+    """?wait= above any fixed bound is lowered to LASTWORD_MAX_WAIT_SECONDS, not refused with 422."""
+    with threaded_server(make_settings(max_wait_seconds=0.05)) as url, httpx.Client(base_url=url) as api:
+        run = api.post("/v1/runs", json={}).json()["runId"]
+        for path in ("result", "tool-result"):
+            answer = api.get(f"/v1/runs/{run}/{path}", params={"wait": 5000})
+            assert answer.status_code in (200, 202), answer.text
+        assert api.get(f"/v1/runs/{run}/result", params={"wait": 5000}).json()["status"] == "running"

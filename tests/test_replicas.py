@@ -422,7 +422,7 @@ async def test_a_replica_cut_off_from_the_database_answers_503_and_recovers(data
     """While its database is unreachable a replica answers /readyz and ingest with 503
     problem+json (never a 2xx for an event it did not store), and recovers by itself."""
     params = conninfo_to_dict(database_url)
-    proxy = CuttableProxy(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
+    proxy = CuttableProxy(str(params.get("host", "127.0.0.1")), int(str(params.get("port", 5432))))
     with serving(through(proxy, database_url, f"lw-cut-{uuid.uuid4().hex[:8]}")) as (server,):
         async with clients(server) as (client,):
             run_id = await create_run_async(client)

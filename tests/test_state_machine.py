@@ -212,7 +212,7 @@ class Lifecycle(RuleBasedStateMachine):
     # -- rules ----------------------------------------------------------------------------
 
     @initialize(target=runs, mode=st.sampled_from(["oneshot", "continuable"]))
-    def first_run(self, mode: str) -> str:
+    def first_run(self, mode: str) -> Any:
         return self.create(mode)
 
     @rule(target=runs, mode=st.sampled_from(["oneshot", "continuable"]))
@@ -384,11 +384,12 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def unknown_run(self) -> None:
         """Every operation on a run that does not exist answers 404."""
-        for method, path, kwargs in [
+        requests: list[tuple[str, str, dict[str, Any]]] = [
             ("GET", "", {}), ("GET", "/result", {}), ("GET", "/events", {}),
             ("POST", "/events", {"json": {"type": "x-a"}}), ("POST", "/end", {"json": {"stopReason": "stop"}}),
             ("POST", "/turns", {}), ("POST", "/close", {}),
-        ]:
+        ]
+        for method, path, kwargs in requests:
             response = self.client.request(method, f"/v1/runs/no-such-run{path}", **kwargs)
             assert response.status_code == 404, (method, path, response.text)
 

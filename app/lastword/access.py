@@ -21,15 +21,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lastword.errors import LastwordError
-
-
-class Unauthorized(LastwordError):
-    status, code, title = 401, "unauthorized", "Unauthorized"
-
-
-class Forbidden(LastwordError):
-    status, code, title = 403, "forbidden", "Forbidden"
+from lastword.errors import PROBLEM_JSON, InvalidToken, LastwordError, MissingToken, WrongTokenKind, problem_json
 
 
 def _matches(presented: str, expected: str | None) -> bool:
@@ -97,25 +89,22 @@ class AccessControl:
             if is_ingest:
                 return None
             if is_read:
-                return Forbidden("this endpoint writes: it needs the ingest token, not the read token",
-                                 code="wrong_token_kind")
+                return WrongTokenKind("this endpoint writes: it needs the ingest token, not the read token")
         elif is_ingest or is_read:
             return None
         if token is None:
-            return Unauthorized("this endpoint needs Authorization: Bearer <token>", code="missing_token")
-        return Unauthorized("the token is not valid here", code="invalid_token")
+            return MissingToken("this endpoint needs Authorization: Bearer <token>")
+        return InvalidToken("the token is not valid here")
 
 
 async def _send_problem(send: Send, error: LastwordError) -> None:
-    import orjson
-
-    body = orjson.dumps(error.problem())
+    body = problem_json(error)
     headers: list[tuple[bytes, bytes]] = [
-        (b"content-type", b"application/problem+json"),
+        (b"content-type", PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),
     ]
-    if error.status == 401:
+    if error.http_status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="lastword"'))
-    start: dict[str, Any] = {"type": "http.response.start", "status": error.status, "headers": headers}
+    start: dict[str, Any] = {"type": "http.response.start", "status": error.http_status, "headers": headers}
     await send(start)
     await send({"type": "http.response.body", "body": body})

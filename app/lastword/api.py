@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from lastword.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
+from lastword.errors import BatchTooLarge, EventTooLarge, InvalidCursor, UnsupportedMedia
 from lastword.events import EVENT_JSON_SCHEMA
 from lastword.ingest import (
     ingest_json,
@@ -32,8 +32,9 @@ from lastword.schemas import (
     SubagentResult,
     ToolResult,
 )
+from lastword.limits import MAX_INT64
 from lastword.service import RunService
-from lastword.store.base import AppendOutcome
+from lastword.records import AppendOutcome, RunStatus
 from lastword.settings import Settings
 from lastword.tool_result import tool_result
 from lastword.views import logged_event_view, result_view, run_view
@@ -61,16 +62,20 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-#: The largest value a database integer holds: bigger numbers in a query are refused with 422.
-MAX_INT64 = 2**63 - 1
+#: Page sizes when a request names none (each is lowered to LASTWORD_MAX_PAGE_SIZE too).
+DEFAULT_RUNS_PAGE = 50
+DEFAULT_EVENTS_PAGE = 100
 
 RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
     int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
 ]
 WaitQuery = Annotated[
-    float, Query(ge=0, le=3600, description="Seconds to wait for the turn to end (capped by configuration).")
+    float,
+    Query(ge=0, allow_inf_nan=False,
+          description="Seconds to wait for the turn to end (lowered to LASTWORD_MAX_WAIT_SECONDS)."),
 ]
+LimitQuery = Annotated[int, Query(ge=1, description="Most items in the page (lowered to LASTWORD_MAX_PAGE_SIZE).")]
 
 
 @router.post(
@@ -102,7 +107,7 @@ def _cursor_pk(cursor: str) -> int:
     # Keys are positive 64-bit integers: anything else was never given out (and would not fit
     # the database's integer type).
     if not 0 < pk < MAX_INT64:
-        raise BadRequest("the cursor is not one this service gave out", code="invalid_cursor")
+        raise InvalidCursor("the cursor is not one this service gave out")
     return pk
 
 
@@ -110,16 +115,16 @@ def _cursor_pk(cursor: str) -> int:
 async def list_runs(
     request: Request,
     parentRunId: str | None = None,
-    status: Literal["running", "idle", "ended"] | None = None,
+    status: RunStatus | None = None,
     agent: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: LimitQuery = DEFAULT_RUNS_PAGE,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
     before = _cursor_pk(cursor) if cursor else None  # ``?cursor=`` (empty) is the first page
     limit = min(limit, settings_of(request).max_page_size)
     # One more than asked for tells whether another page exists, so the last page says so.
-    runs = await service_of(request).store.list_runs(
+    runs = await service_of(request).list_runs(
         parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before
     )
     page = runs[:limit]
@@ -132,7 +137,7 @@ async def list_runs(
 @router.get("/runs/{runId}", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410))
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """The run with its current turn and status."""
-    return run_view(await service_of(request).store.get_run(runId))
+    return run_view(await service_of(request).get_run(runId))
 
 
 def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
@@ -143,17 +148,17 @@ def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[
 
     async def append(events: list[dict[str, Any]]) -> AppendOutcome:
         if len(events) > settings.max_batch_events:
-            raise PayloadTooLarge(
+            raise BatchTooLarge(
                 f"the batch holds {len(events)} events; the limit is {settings.max_batch_events}",
-                code="batch_too_large", limit=settings.max_batch_events,
+                limit=settings.max_batch_events,
             )
         encoded = []
         for index, event in enumerate(events):
             body = storable_json(event, index)
             if len(body) > settings.max_event_bytes:
-                raise PayloadTooLarge(
+                raise EventTooLarge(
                     f"event {index} is {len(body)} bytes as JSON; the limit is {settings.max_event_bytes}",
-                    code="event_too_large", index=index, limit=settings.max_event_bytes,
+                    index=index, limit=settings.max_event_bytes,
                 )
             encoded.append(body.decode())
         return await service.append(run_id, events, encoded)
@@ -222,7 +227,7 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
         answer = await ingest_text(request, limit, append)
         if answer["lastSeq"] is None:
             # An empty body stores nothing; the run must still exist, and lastSeq is its own.
-            answer["lastSeq"] = (await service.store.get_run(runId)).last_seq
+            answer["lastSeq"] = (await service.get_run(runId)).last_seq
         return answer
     if kind == "application/json":
         body = await read_model(request, ChunkText, limit)
@@ -241,7 +246,7 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
 async def end_turn(request: Request, runId: str) -> dict[str, Any]:
     """End the current turn; the same end again answers the same result."""
     body = await read_model(request, EndRequest, settings_of(request).max_body_bytes)
-    outcome = await service_of(request).end(runId, body.stopReason, body.error, cascade=body.cascade)
+    outcome = await service_of(request).end(runId, body.stop_reason, body.error, cascade=body.cascade)
     return result_view(outcome.turn)
 
 
@@ -254,7 +259,7 @@ async def next_turn(request: Request, runId: str) -> dict[str, Any]:
 @router.post("/runs/{runId}/close", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410, 409))
 async def close_run(request: Request, runId: str) -> dict[str, Any]:
     """Close a continuable run for good (an open turn ends as ``cancelled``)."""
-    return run_view(await service_of(request).close(runId))
+    return run_view(await service_of(request).close_run(runId))
 
 
 @router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
@@ -290,11 +295,11 @@ async def get_events(
     request: Request,
     runId: str,
     after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: LimitQuery = DEFAULT_EVENTS_PAGE,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
     limit = min(limit, settings_of(request).max_page_size)
-    events = await service_of(request).store.events_after(runId, after, limit)
+    events = await service_of(request).events_after(runId, after, limit)
     return {
         "events": [logged_event_view(event) for event in events],
         "nextAfter": events[-1].seq if events else after,

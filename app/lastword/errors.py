@@ -1,71 +1,205 @@
-"""The service's own errors, and their problem documents (RFC 9457).
+"""The service's own errors, one class per problem ``code``, and the one problem-document builder.
 
-Every failure a client can cause or see is one of these; routes never see a driver's
-exception type. The tree::
+Every failure a client can cause or see is one of these; routes never see a driver's exception
+type, and every ``application/problem+json`` answer (routes, access control, the server's own
+early answers) is :func:`problem_document` of one of them. A class fixes its ``code`` and ``status``;
+raising code adds only the ``detail`` and extra members. ``docs/ERRORS.md`` lists every code
+(tests/test_errors.py fails when a class here is missing there).
 
-    LastwordError                  any failure with a problem document
-    ├── BadRequest          400    malformed JSON, invalid UTF-8, bad cursor
-    ├── NotFound            404    unknown run or turn
-    ├── Conflict            409    idempotency clash, wrong run state
-    │   └── RunEnded        409    events for a turn that has ended
-    ├── Gone                410    a run deleted by retention
-    ├── PayloadTooLarge     413
-    ├── UnsupportedMedia    415
-    ├── Unprocessable       422    schema violations, unknown stop reason
-    └── Unavailable         503    the store cannot be reached
+The categories (a client may branch on them with ``except``)::
+
+    LastwordError                 500  any failure with a problem document
+    ├── BadRequest                400  malformed input, bad cursor or resume id
+    ├── Unauthorized              401  no token, or a token that is not valid here
+    ├── Forbidden                 403  a read token where the ingest token is needed
+    ├── NotFound                  404  unknown run or turn, unknown path
+    ├── MethodNotAllowed          405
+    ├── RequestTimeout            408  request headers too slow
+    ├── Conflict                  409  idempotency clash, wrong run state
+    ├── Gone                      410  a run deleted by retention
+    ├── PayloadTooLarge           413
+    ├── UnsupportedMedia          415
+    ├── Unprocessable             422  schema violations, unknown stop reason
+    ├── HeadersTooLarge           431
+    ├── HttpError                 4xx  any other HTTP-level refusal (status set per instance)
+    └── Unavailable               503  the store or the notice connection cannot be reached
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+import orjson
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://lastword.dev/problems/"
 
 
 class LastwordError(Exception):
-    status = 500
-    code = "internal_error"
-    title = "Internal error"
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal error"
 
-    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+    def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
         self.detail = detail
-        if code is not None:
-            self.code = code
         self.extra = extra
 
+    @property
+    def http_status(self) -> int:
+        return self.status
+
     def problem(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "type": f"https://lastword.dev/problems/{self.code}",
-            "title": self.title,
-            "status": self.status,
-            "code": self.code,
-            "detail": self.detail,
-        }
-        body.update(self.extra)
-        return body
+        return problem_document(self)
+
+
+def problem_document(error: LastwordError) -> dict[str, Any]:
+    """The RFC 9457 problem document of ``error``: the only place one is built."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + error.code,
+        "title": error.title,
+        "status": error.http_status,
+        "code": error.code,
+        "detail": error.detail,
+    }
+    body.update(error.extra)
+    return body
+
+
+def problem_json(error: LastwordError) -> bytes:
+    """:func:`problem_document` encoded, for transports that write bytes."""
+    return orjson.dumps(problem_document(error))
+
+
+# -- 400 -------------------------------------------------------------------------------
 
 
 class BadRequest(LastwordError):
     status, code, title = 400, "bad_request", "Bad request"
 
 
+class MalformedJson(BadRequest):
+    code = "malformed_json"
+
+
+class InvalidUtf8(BadRequest):
+    code = "invalid_utf8"
+
+
+class TooDeeplyNested(BadRequest):
+    code = "too_deeply_nested"
+
+
+class InvalidCursor(BadRequest):
+    code = "invalid_cursor"
+
+
+class InvalidLastEventId(BadRequest):
+    code = "invalid_last_event_id"
+
+
+class MalformedRequest(BadRequest):
+    code = "malformed_request"
+
+
+# -- 401, 403 --------------------------------------------------------------------------
+
+
+class Unauthorized(LastwordError):
+    status, code, title = 401, "unauthorized", "Unauthorized"
+
+
+class MissingToken(Unauthorized):
+    code = "missing_token"
+
+
+class InvalidToken(Unauthorized):
+    code = "invalid_token"
+
+
+class Forbidden(LastwordError):
+    status, code, title = 403, "forbidden", "Forbidden"
+
+
+class WrongTokenKind(Forbidden):
+    code = "wrong_token_kind"
+
+
+# -- 404, 405, 408, 410 ----------------------------------------------------------------
+
+
 class NotFound(LastwordError):
     status, code, title = 404, "not_found", "Not found"
 
 
-class Conflict(LastwordError):
-    status, code, title = 409, "conflict", "Conflict"
+class RunNotFound(NotFound):
+    code = "run_not_found"
 
 
-class RunEnded(Conflict):
-    code, title = "run_ended", "The turn has ended"
+class TurnNotFound(NotFound):
+    code = "turn_not_found"
+
+
+class MethodNotAllowed(LastwordError):
+    status, code, title = 405, "method_not_allowed", "Method not allowed"
+
+
+class RequestTimeout(LastwordError):
+    status, code, title = 408, "header_timeout", "Request header timeout"
 
 
 class Gone(LastwordError):
     status, code, title = 410, "run_deleted", "Gone"
 
 
+class RunDeleted(Gone):
+    pass
+
+
+# -- 409 -------------------------------------------------------------------------------
+
+
+class Conflict(LastwordError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class RunExists(Conflict):
+    code = "run_exists"
+
+
+class EventIdConflict(Conflict):
+    code = "event_id_conflict"
+
+
+class RunEnded(Conflict):
+    code, title = "run_ended", "The turn has ended"
+
+
+class TurnAlreadyEnded(Conflict):
+    code = "turn_already_ended"
+
+
+class NotContinuable(Conflict):
+    code = "not_continuable"
+
+
+class RunRunning(Conflict):
+    code = "run_running"
+
+
+# -- 413, 415, 422, 431 ----------------------------------------------------------------
+
+
 class PayloadTooLarge(LastwordError):
     status, code, title = 413, "payload_too_large", "Payload too large"
+
+
+class BatchTooLarge(PayloadTooLarge):
+    code = "batch_too_large"
+
+
+class EventTooLarge(PayloadTooLarge):
+    code = "event_too_large"
 
 
 class UnsupportedMedia(LastwordError):
@@ -76,5 +210,50 @@ class Unprocessable(LastwordError):
     status, code, title = 422, "validation_error", "Invalid input"
 
 
+class InvalidEvent(Unprocessable):
+    code = "invalid_event"
+
+
+class EmptyBatch(Unprocessable):
+    code = "empty_batch"
+
+
+class UnstorableValue(Unprocessable):
+    code = "unstorable_value"
+
+
+class HeadersTooLarge(LastwordError):
+    status, code, title = 431, "headers_too_large", "Request headers too large"
+
+
+class HttpError(LastwordError):
+    """An HTTP-level refusal the framework made that no class above names (its own status)."""
+
+    status, code, title = 400, "http_error", "HTTP error"
+
+    def __init__(self, detail: str, *, status: int, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self._status = status
+
+    @property
+    def http_status(self) -> int:
+        return self._status
+
+
+# -- 500, 503 --------------------------------------------------------------------------
+
+
 class Unavailable(LastwordError):
     status, code, title = 503, "store_unavailable", "Store unavailable"
+
+
+class NoticesUnavailable(Unavailable):
+    code = "notices_unavailable"
+
+
+def every_error_class() -> list[type[LastwordError]]:
+    """The whole hierarchy, :class:`LastwordError` first (for the list in docs/ERRORS.md)."""
+    found: list[type[LastwordError]] = [LastwordError]
+    for cls in found:
+        found.extend(sub for sub in cls.__subclasses__() if sub not in found)
+    return found

@@ -23,10 +23,10 @@ from pydantic import (
     field_validator,
 )
 
-from lastword.errors import Unprocessable
+from lastword.errors import InvalidEvent
+from lastword.limits import MAX_EVENT_ID_LENGTH, MAX_TOKEN_COUNT
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
 
-MAX_EVENT_ID_LENGTH = 200
 
 
 class _Open(BaseModel):
@@ -40,8 +40,7 @@ def _whole_number(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-#: Token counts above 2**53 - 1 are not exact in JSON readers (JavaScript) and are no real count.
-TokenCount = Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_whole_number)]
+TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKEN_COUNT), BeforeValidator(_whole_number)]
 
 
 class Usage(BaseModel):
@@ -331,9 +330,8 @@ def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
             problem["index"] = positions[problem["index"]] + index_offset
         # The deepest location of the first bad event says most (a union reports each branch).
         first = min(problems, key=lambda p: (p["index"], -p["field"].count(".") - p["field"].count("[")))
-        raise Unprocessable(
+        raise InvalidEvent(
             f"event {first['index']}: {first['field']}: {first['message']}",
-            code="invalid_event",
             index=first["index"],
             field=first["field"],
             errors=problems[:20],

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lastword.limits import MAX_USAGE_TOTAL
+
 Block = dict[str, Any]
 Event = Mapping[str, Any]
 
@@ -27,7 +29,6 @@ Event = Mapping[str, Any]
 BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-MAX_USAGE_TOTAL = 2**63 - 1
 
 
 def is_substantive(block: Mapping[str, Any]) -> bool:

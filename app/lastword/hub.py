@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 
 from lastword.lifecycle import RUN_CLOSED, SUBAGENT_END
-from lastword.store.base import StoredEvent
+from lastword.records import StoredEvent
 
 
 #: What :meth:`Subscription.next` gives when nothing came in time: time for a keep-alive.

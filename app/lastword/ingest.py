@@ -16,9 +16,18 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from lastword.errors import BadRequest, LastwordError, PayloadTooLarge, Unprocessable, UnsupportedMedia
+from lastword.errors import (
+    EmptyBatch,
+    InvalidUtf8,
+    LastwordError,
+    MalformedJson,
+    PayloadTooLarge,
+    TooDeeplyNested,
+    Unprocessable,
+    UnsupportedMedia,
+)
 from lastword.events import validate_events
-from lastword.store.base import AppendOutcome
+from lastword.records import AppendOutcome
 
 M = TypeVar("M", bound=BaseModel)
 Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]
@@ -54,7 +63,7 @@ def parse_json(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise BadRequest(f"the body is not valid JSON: {error}", code="malformed_json") from None
+        raise MalformedJson(f"the body is not valid JSON: {error}") from None
 
 
 #: Levels of nesting kept free for the envelopes that stored values are served in (a stream's
@@ -78,16 +87,12 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
     except orjson.JSONEncodeError:
         where = "the body" if index is None else f"event {index}"
         extra = {} if index is None else {"index": index}
-        raise BadRequest(
-            f"{where} nests JSON deeper than {MAX_NESTING} levels", code="too_deeply_nested", **extra
-        ) from None
+        raise TooDeeplyNested(f"{where} nests JSON deeper than {MAX_NESTING} levels", **extra) from None
 
 
 def require_json(request: Request) -> None:
     if media_type(request) not in ("application/json", ""):
-        raise UnsupportedMedia(
-            f"expected application/json, got {media_type(request)!r}", code="unsupported_media_type"
-        )
+        raise UnsupportedMedia(f"expected application/json, got {media_type(request)!r}")
 
 
 async def read_model(request: Request, model: type[M], limit: int, *, optional: bool = False) -> M:
@@ -137,7 +142,7 @@ async def ingest_json(request: Request, limit: int, append: Append) -> dict[str,
     data = parse_json(raw)
     events = data if isinstance(data, list) else [data]
     if not events:
-        raise Unprocessable("the batch holds no event", code="empty_batch")
+        raise EmptyBatch("the batch holds no event")
     validate_events(events)
     progress = Progress()
     progress.add(await append(events))
@@ -169,7 +174,7 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
     except LastwordError as error:
         raise progress.annotate(error) from None
     if progress.last_seq is None:
-        raise Unprocessable("the body holds no event", code="empty_batch")
+        raise EmptyBatch("the body holds no event")
     return progress.answer()
 
 
@@ -192,9 +197,7 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             event = orjson.loads(line)
             validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
-            failure = BadRequest(
-                f"line {position.line} is not valid JSON: {error}", code="malformed_json", index=position.index
-            )
+            failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
         except Unprocessable as error:
             failure = error
         if failure is not None:
@@ -229,13 +232,13 @@ async def ingest_text(request: Request, limit: int, append: Append) -> dict[str,
             try:
                 text = decoder.decode(piece)
             except UnicodeDecodeError as error:
-                raise BadRequest(f"the body is not valid UTF-8: {error.reason}", code="invalid_utf8") from None
+                raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
             if text:
                 progress.add(await append([text_delta(text)]))
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise BadRequest("the body ends inside a UTF-8 character", code="invalid_utf8") from None
+            raise InvalidUtf8("the body ends inside a UTF-8 character") from None
     except ClientDisconnect:
         pass
     except LastwordError as error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lastword.stop_reasons import is_error
+from lastword.stop_reasons import StopReason, is_error
 
 SUBAGENT_START = "subagent/start"
 SUBAGENT_END = "subagent/end"
@@ -45,7 +45,7 @@ def end_event(
     parent_run_id: str | None,
     agent: str | None,
     turn: int,
-    stop_reason: str,
+    stop_reason: StopReason,
     output: list[dict[str, Any]],
     usage: dict[str, int],
     error: Any,

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
@@ -27,44 +27,54 @@ from lastword.access import AccessControl
 from lastword.logs import RequestLog
 from lastword.api import event_schema_components
 from lastword.api import router as api_router
-from lastword.errors import LastwordError, Unavailable
+from lastword.errors import (
+    PROBLEM_JSON,
+    HttpError,
+    LastwordError,
+    MethodNotAllowed,
+    NotFound,
+    Unavailable,
+    Unprocessable,
+    problem_json,
+)
 from lastword.hub import Hub
 from lastword.metrics import Metrics
 from lastword.schemas import Health, Problem
 from lastword.service import RunService
 from lastword.settings import Settings
 from lastword.store import open_store
-from lastword.store.factory import open_notifier
+from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
 
 log = logging.getLogger("lastword")
 
-PROBLEM_JSON = "application/problem+json"
-
-
-def problem_response(status: int, code: str, title: str, detail: str, **extra: Any) -> JSONResponse:
-    body = {"type": f"https://lastword.dev/problems/{code}", "title": title, "status": status,
-            "code": code, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+def problem_response(error: LastwordError) -> Response:
+    """The answer for ``error``: its problem document (every route's refusals come through here)."""
+    return Response(problem_json(error), status_code=error.http_status, media_type=PROBLEM_JSON)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(LastwordError)
-    async def ours(request: Request, error: LastwordError) -> JSONResponse:
-        return JSONResponse(error.problem(), status_code=error.status, media_type=PROBLEM_JSON)
+    async def ours(request: Request, error: LastwordError) -> Response:
+        return problem_response(error)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, error: RequestValidationError) -> Response:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
-        return problem_response(422, "validation_error", "Invalid input", f"{field}: {first['msg']}", field=field)
+        return problem_response(Unprocessable(f"{field}: {first['msg']}", field=field))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed"}
-        response = problem_response(
-            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail), str(error.detail),
-        )
+    async def http(request: Request, error: StarletteHTTPException) -> Response:
+        detail = str(error.detail)
+        refusal: LastwordError
+        if error.status_code == 404:
+            refusal = NotFound(detail)
+        elif error.status_code == 405:
+            refusal = MethodNotAllowed(detail)
+        else:
+            refusal = HttpError(detail, status=error.status_code)
+        response = problem_response(refusal)
         if error.headers:
             response.headers.update(error.headers)  # 405 carries ``Allow`` (RFC 9110 §15.5.6)
         if error.status_code == 405:
@@ -78,9 +88,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         return response
 
     @app.exception_handler(Exception)
-    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+    async def unexpected(request: Request, error: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(500, "internal_error", "Internal error", "the service failed; see its log")
+        return problem_response(LastwordError("the service failed; see its log"))
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -101,20 +111,14 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_store(settings)
         await store.open()
-        hub = Hub(settings.subscriber_buffer)
-        service = RunService(store, hub, app.state.metrics, clock=clock)
+        fanout = open_fanout(store, Hub(settings.subscriber_buffer))
+        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size, clock=clock)
+        try:
+            await service.start()
+        except BaseException:
+            await service.close()
+            raise
         app.state.service = service
-        notifier = app.state.notifier = open_notifier(store, service)
-        if notifier is not None:
-            # Several replicas: the hub is fed by commit notices, in commit order, for this
-            # replica's commits as for the others' (RunService.publish_committed).
-            service.publish_on_commit = False
-            try:
-                await notifier.start()
-            except BaseException:
-                await store.close()
-                raise
-        await service.sweep_once()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:
             hours = settings.retention_hours
@@ -128,9 +132,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             for job in jobs:
                 with contextlib.suppress(asyncio.CancelledError):
                     await job
-            if notifier is not None:
-                await notifier.close()
-            await store.close()
+            await service.close()
 
     app = FastAPI(
         title="lastword",
@@ -140,7 +142,6 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
-    app.state.notifier = None
     app.include_router(api_router)
     app.include_router(stream_router)
     _install_error_handlers(app)
@@ -168,14 +169,9 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     async def readyz(request: Request) -> Any:
         """Readiness: the store answers."""
         try:
-            await request.app.state.service.store.ping()
+            await request.app.state.service.ready()
         except Unavailable as error:
-            return JSONResponse(error.problem(), status_code=503, media_type=PROBLEM_JSON)
-        notifier = request.app.state.notifier
-        if notifier is not None and not notifier.connected:
-            # Writes would work, but live streams here would not hear other replicas' commits.
-            return problem_response(503, "notices_unavailable", "Store unavailable",
-                                    "not listening for other replicas' commits; reconnecting")
+            return problem_response(error)
         return {"status": "ready"}
 
     @app.get("/metrics", tags=["health"], response_class=Response,
@@ -183,7 +179,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     async def metrics(request: Request) -> Response:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
-        metrics.count_runs(await request.app.state.service.store.count_runs())
+        metrics.count_runs(await request.app.state.service.count_runs())
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -4,7 +4,7 @@ Every transaction that changes a run sends, from inside the transaction, a notic
 run, the ``seq`` range and the feed id it committed (:mod:`lastword.store.postgres`). PostgreSQL
 delivers it to every listening session when the transaction commits, and in commit order. Each
 replica listens on one connection of its own and hands the notices, in that order and in
-batches, to :meth:`lastword.service.RunService.publish_committed`, which reads from the log what its
+batches, to :meth:`lastword.fanout.NoticeFanout.publish`, which reads from the log what its
 own subscribers need. A notice carries where to look, never the data: payloads stay tiny, and
 a notice that is lost costs latency, not events.
 

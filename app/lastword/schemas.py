@@ -7,7 +7,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
-from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
+from lastword.records import RunMode, RunStatus
+from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
 class _Strict(BaseModel):
@@ -17,11 +19,10 @@ class _Strict(BaseModel):
 class RunCreate(_Strict):
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
-    agent: str | None = Field(None, max_length=200)
-    mode: Literal["oneshot", "continuable"] = "oneshot"
+    agent: str | None = Field(None, max_length=MAX_AGENT_LENGTH)
+    mode: RunMode = "oneshot"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    # Bounded so that "now + lease" stays a time a date can show (about 31 years).
-    leaseSeconds: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -43,10 +44,15 @@ class EndRequest(_Strict):
     def _known(cls, value: str) -> str:
         return normalise_stop_reason(value)
 
+    @property
+    def stop_reason(self) -> StopReason:
+        """``stopReason`` as the wire value it was normalised to."""
+        return normalise_stop_reason(self.stopReason)
+
 
 class ChunkText(_Strict):
     text: str
-    eventId: str | None = Field(None, min_length=1, max_length=200)
+    eventId: str | None = Field(None, min_length=1, max_length=MAX_EVENT_ID_LENGTH)
 
 
 class Usage(BaseModel):
@@ -60,10 +66,10 @@ class Run(BaseModel):
     runId: str
     parentRunId: str | None = None
     agent: str | None = None
-    mode: Literal["oneshot", "continuable"]
+    mode: RunMode
     metadata: dict[str, Any]
     leaseSeconds: float
-    status: Literal["running", "idle", "ended"]
+    status: RunStatus
     turn: int
     lastSeq: int
     leaseExpiresAt: str | None = None
@@ -80,7 +86,7 @@ class SubagentResult(BaseModel):
     runId: str
     turn: int
     status: Literal["running", "ended"]
-    stopReason: str | None = None
+    stopReason: StopReason | None = None
     isError: bool
     output: list[dict[str, Any]]
     usage: Usage

@@ -22,11 +22,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import uvicorn
 from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from lastword.errors import (
+    PROBLEM_JSON,
+    HeadersTooLarge,
+    LastwordError,
+    MalformedRequest,
+    RequestTimeout,
+    problem_json,
+)
 from lastword.main import create_app
 from lastword.settings import Settings
 
@@ -35,26 +42,23 @@ from lastword.settings import Settings
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def _closing_problem(status: int, reason: str, code: str, title: str, detail: str) -> bytes:
+def _closing_problem(error: LastwordError, reason: str) -> bytes:
     """A whole HTTP response with a problem document, for answers given before the app runs."""
-    body = orjson.dumps({"type": f"https://lastword.dev/problems/{code}", "title": title,
-                         "status": status, "code": code, "detail": detail})
+    body = problem_json(error)
     return (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n".encode()
+        f"HTTP/1.1 {error.http_status} {reason}\r\ncontent-type: {PROBLEM_JSON}\r\n".encode()
         + b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
 
 
 _TIMEOUT_RESPONSE = _closing_problem(
-    408, "Request Timeout", "header_timeout", "Request header timeout", "the request headers did not arrive in time"
+    RequestTimeout("the request headers did not arrive in time"), "Request Timeout"
 )
 _HEADERS_TOO_LARGE_RESPONSE = _closing_problem(
-    431, "Request Header Fields Too Large", "headers_too_large", "Request headers too large",
-    f"the request line and headers passed {MAX_HEADER_BYTES} bytes",
+    HeadersTooLarge(f"the request line and headers passed {MAX_HEADER_BYTES} bytes"),
+    "Request Header Fields Too Large",
 )
-_MALFORMED_RESPONSE = _closing_problem(
-    400, "Bad Request", "malformed_request", "Bad request", "the request is not valid HTTP/1.1"
-)
+_MALFORMED_RESPONSE = _closing_problem(MalformedRequest("the request is not valid HTTP/1.1"), "Bad Request")
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -123,7 +127,7 @@ class LastwordServer(uvicorn.Server):
             server.close()  # stop accepting before clients are told to reconnect
         service = getattr(getattr(self.config.app, "state", None), "service", None)
         if service is not None:
-            service.hub.drain()
+            service.drain()
         await super().shutdown(sockets)
 
 

@@ -1,94 +1,130 @@
-"""The run service: what the HTTP API asks for, on top of the store and the hub.
+"""The run service: what the HTTP API asks for, on top of the store and the fan-out.
 
-It turns requests into store operations, publishes what they committed to live subscribers,
-ends turns whose lease expired, and waits for turn ends on behalf of long-polling readers.
+It turns requests into store operations, hands what they committed to the fan-out, ends turns
+whose lease expired, waits for turn ends on behalf of long-polling readers, and registers live
+subscribers. Routes and streams use this class only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from lastword.errors import Conflict, NotFound
-from lastword.hub import Hub
+from lastword.errors import Conflict, NoticesUnavailable, NotFound
+from lastword.fanout import Fanout
+from lastword.hub import Hub, Subscription
 from lastword.ids import new_run_id
 from lastword.metrics import Metrics
+from lastword.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, RunStatus, StoredEvent, TurnRecord
 from lastword.schemas import RunCreate
-from lastword.store.base import AppendOutcome, EndOutcome, RunRecord, RunSpec, Store, StoredEvent, TurnRecord
-from lastword.store.sql import LIVE_TYPES
-
-if TYPE_CHECKING:
-    from lastword.notify import Notice
+from lastword.stop_reasons import StopReason
+from lastword.store.base import Store
 
 log = logging.getLogger("lastword")
 
-CHILDREN_PAGE = 500
+#: Runs deleted per retention transaction (short transactions keep writers waiting little).
 RETENTION_BATCH = 200
 
 
 class RunService:
+    """Everything the routes and streams use; nothing above this touches the store or the hub."""
+
     def __init__(
         self,
         store: Store,
-        hub: Hub,
+        fanout: Fanout,
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.time,
+        page_size: int = 1000,
     ) -> None:
-        self.store = store
-        self.hub = hub
+        self._store = store
+        self._fanout = fanout
         self.metrics = metrics
         self.clock = clock
-        #: False when a notice listener feeds the hub (PostgreSQL): see :meth:`publish_committed`.
-        self.publish_on_commit = True
+        #: The most rows one internal read asks for (children of a run, the streams' log pages).
+        self.page_size = page_size
+
+    @property
+    def _hub(self) -> Hub:
+        return self._fanout.hub
 
     def _published(self, stored: Sequence[StoredEvent]) -> None:
-        if stored and self.publish_on_commit:
-            self.hub.publish(stored)
+        self._fanout.committed(stored)
 
-    async def publish_committed(self, notices: Sequence[Notice]) -> None:
-        """Publish what a batch of commit notices (from any replica, this one too) committed.
+    # -- life ------------------------------------------------------------------------------
 
-        With several replicas the hub is fed only from here, never straight after a local
-        commit: notices arrive in commit order, and publishing a local commit at once could
-        overtake another replica's earlier commit of the same run (or an earlier feed id),
-        which a live stream would then drop as already passed. The events are read from the
-        log, and only for what someone here follows: a run with a subscriber or a ``?wait=``
-        waiter, or the firehose when it has subscribers.
-        """
-        feed_ids = [n.feed_id for n in notices if n.feed_id is not None] if self.hub.has_feed_subscribers else []
-        spans: dict[str, list[tuple[int, int, int]]] = {}  # run → (first seq, last seq, notice index)
-        for index, notice in enumerate(notices):
-            if self.hub.watches(notice.run_id):
-                spans.setdefault(notice.run_id, []).append((notice.first_seq, notice.last_seq, index))
-        if not feed_ids and not spans:
-            return
-        ordered: list[tuple[int, int, StoredEvent]] = []  # (notice index, seq, event)
-        if feed_ids:
-            # Feed ids commit in id order, so the batch's notices hold every id in this range.
-            low, high = min(feed_ids), max(feed_ids)
-            by_feed_id = {n.feed_id: index for index, n in enumerate(notices) if n.feed_id is not None}
-            for event in await self.store.feed_after(low - 1, None, high - low + 1):
-                if event.feed_id is not None and event.feed_id in by_feed_id:
-                    ordered.append((by_feed_id[event.feed_id], event.seq, event))
-        # Lifecycle events came with the feed when it was read; chunks come from each run's log.
-        types = frozenset({"assistant/chunk"}) if feed_ids else LIVE_TYPES
-        for run_id, ranges in spans.items():
-            # One run's notices come in seq order: its ranges are sorted and do not overlap.
-            firsts = [first for first, _, _ in ranges]
-            low, high = ranges[0][0], ranges[-1][1]
-            for event in await self.store.events_after(run_id, low - 1, high - low + 1, types):
-                at = bisect.bisect_right(firsts, event.seq) - 1
-                if at >= 0 and event.seq <= ranges[at][1]:
-                    ordered.append((ranges[at][2], event.seq, event))
-        ordered.sort(key=lambda item: (item[0], item[1]))
-        self.hub.publish(event for _, _, event in ordered)
+    async def start(self) -> None:
+        """Start hearing commits (other replicas'), then end the turns whose lease ran out."""
+        await self._fanout.start()
+        await self.sweep_once()
+
+    async def close(self) -> None:
+        await self._fanout.close()
+        await self._store.close()
+
+    def drain(self) -> None:
+        """Shutting down: streams say "reconnect", long polls answer now."""
+        self._hub.drain()
+
+    async def ready(self) -> None:
+        """Raise :class:`Unavailable` unless the store answers and commits are being heard."""
+        await self._store.ping()
+        if not self._fanout.connected:
+            # Writes would work, but live streams here would not hear other replicas' commits.
+            raise NoticesUnavailable("not listening for other replicas' commits; reconnecting")
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        return await self._store.get_run(run_id)
+
+    async def list_runs(
+        self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None, limit: int,
+        before_pk: int | None,
+    ) -> list[RunRecord]:
+        return await self._store.list_runs(
+            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk
+        )
+
+    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
+        return await self._store.snapshot(run_id)
+
+    async def events_after(
+        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
+    ) -> list[StoredEvent]:
+        return await self._store.events_after(run_id, after, limit, types)
+
+    async def feed_after(self, after: int, parent_run_id: str | None, limit: int) -> list[StoredEvent]:
+        return await self._store.feed_after(after, parent_run_id, limit)
+
+    async def last_feed_id(self) -> int:
+        return await self._store.last_feed_id()
+
+    async def count_runs(self) -> dict[str, int]:
+        return await self._store.count_runs()
+
+    # -- live ------------------------------------------------------------------------------
+
+    def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
+        self.metrics.subscribers.inc()
+        return self._hub.subscribe_run(run_id, types)
+
+    def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
+        self.metrics.subscribers.inc()
+        return self._hub.subscribe_feed(parent_run_id)
+
+    def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:
+        """End a subscription from :meth:`subscribe_run` (``run_id``) or :meth:`subscribe_feed`."""
+        self._hub.unsubscribe(run_id, subscription)
+        self.metrics.subscribers.dec()
+
+    # -- writes ----------------------------------------------------------------------------
 
     async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
         body = request.model_dump()
@@ -103,7 +139,7 @@ class RunService:
             lease_seconds=request.leaseSeconds,
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
         )
-        run, created, stored = await self.store.create_run(spec, self.clock())
+        run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)
         if created:
             self.metrics.runs_created.inc()
@@ -113,15 +149,15 @@ class RunService:
         self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
     ) -> AppendOutcome:
         started = time.perf_counter()
-        outcome = await self.store.append(run_id, events, self.clock(), encoded)
+        outcome = await self._store.append(run_id, events, self.clock(), encoded)
         self.metrics.observe_ingest(events, outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
         return outcome
 
-    async def end(self, run_id: str, stop_reason: str, error: Any, *, cascade: bool = False) -> EndOutcome:
-        outcome = await self.store.end_turn(run_id, stop_reason, error, self.clock())
+    async def end(self, run_id: str, stop_reason: StopReason, error: Any, *, cascade: bool = False) -> EndOutcome:
+        outcome = await self._store.end_turn(run_id, stop_reason, error, self.clock())
         assert outcome is not None  # only the sweep asks for a conditional end
         self._after_end(outcome)
         if cascade:
@@ -153,7 +189,7 @@ class RunService:
                 if child.status != "running":
                     continue
                 try:
-                    outcome = await self.store.end_turn(child.run_id, "cancelled", error, self.clock())
+                    outcome = await self._store.end_turn(child.run_id, "cancelled", error, self.clock())
                 except (Conflict, NotFound):
                     continue  # it ended another way (or went away) since it was listed
                 if outcome is not None:
@@ -163,21 +199,21 @@ class RunService:
         children: list[RunRecord] = []
         before: int | None = None
         while True:
-            page = await self.store.list_runs(
-                parent_run_id=run_id, status=None, agent=None, limit=CHILDREN_PAGE, before_pk=before
+            page = await self._store.list_runs(
+                parent_run_id=run_id, status=None, agent=None, limit=self.page_size, before_pk=before
             )
             children.extend(page)
-            if len(page) < CHILDREN_PAGE:
+            if len(page) < self.page_size:
                 return children
             before = page[-1].pk
 
     async def next_turn(self, run_id: str) -> RunRecord:
-        run, stored = await self.store.start_turn(run_id, self.clock())
+        run, stored = await self._store.start_turn(run_id, self.clock())
         self._published(stored)
         return run
 
-    async def close(self, run_id: str) -> RunRecord:
-        run, stored = await self.store.close_run(run_id, self.clock())
+    async def close_run(self, run_id: str) -> RunRecord:
+        run, stored = await self._store.close_run(run_id, self.clock())
         self._published(stored)
         for event in stored:
             if event.type == "subagent/end":
@@ -187,7 +223,7 @@ class RunService:
     async def result(self, run_id: str, turn: int | None, wait: float) -> tuple[RunRecord, TurnRecord]:
         """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end."""
         deadline = time.monotonic() + wait
-        signal = self.hub.turn_end_signal(run_id) if wait > 0 else None
+        signal = self._hub.turn_end_signal(run_id) if wait > 0 else None
         if signal is not None:
             self.metrics.result_waiters.inc()
         try:
@@ -195,9 +231,9 @@ class RunService:
                 # Cleared before the read: an end published while the read runs stays set.
                 if signal is not None:
                     signal.clear()
-                run, record = await self.store.turn_result(run_id, turn)
+                run, record = await self._store.turn_result(run_id, turn)
                 remaining = deadline - time.monotonic()
-                if record.ended or signal is None or remaining <= 0 or self.hub.draining:
+                if record.ended or signal is None or remaining <= 0 or self._hub.draining:
                     return run, record
                 try:
                     await asyncio.wait_for(signal.wait(), remaining)
@@ -205,16 +241,16 @@ class RunService:
                     pass
         finally:
             if signal is not None:
-                self.hub.release(run_id, signal)
+                self._hub.release(run_id, signal)
                 self.metrics.result_waiters.dec()
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""
         ended = 0
         now = self.clock()
-        for run_id in await self.store.expired_runs(now):
+        for run_id in await self._store.expired_runs(now):
             try:
-                outcome = await self.store.end_turn(
+                outcome = await self._store.end_turn(
                     run_id, "timeout", {"message": "the run's lease expired"}, now, only_if_expired=True
                 )
             except NotFound:
@@ -231,7 +267,7 @@ class RunService:
         cutoff = now - retention_hours * 3600
         total = 0
         while True:
-            deleted = await self.store.delete_ended_runs(cutoff, now, RETENTION_BATCH)
+            deleted = await self._store.delete_ended_runs(cutoff, now, RETENTION_BATCH)
             total += len(deleted)
             self.metrics.runs_deleted.inc(len(deleted))
             if len(deleted) < RETENTION_BATCH:

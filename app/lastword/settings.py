@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lastword.limits import MAX_LEASE_SECONDS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LASTWORD_", env_file=".env", extra="ignore")
@@ -25,7 +27,7 @@ class Settings(BaseSettings):
         description="SQLite: 'normal' survives a crash of the process, 'full' a power cut.",
     )
     lease_seconds: float = Field(
-        600.0, ge=0, le=1e9, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
+        600.0, ge=0, le=MAX_LEASE_SECONDS, description="Default lease of a run; a turn silent this long ends as timeout. 0: none."
     )
     sweep_interval_seconds: float = Field(1.0, gt=0, description="How often expired leases are looked for.")
     retention_hours: float = Field(

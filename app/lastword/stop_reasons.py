@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 StopReason = Literal[
     "completed", "max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"
 ]
 
-WIRE_VALUES: tuple[str, ...] = (
-    "completed",
-    "max_tokens",
-    "max_turns",
-    "refusal",
-    "cancelled",
-    "error",
-    "timeout",
-)
+WIRE_VALUES: tuple[StopReason, ...] = get_args(StopReason)
 
-_ALIASES = {
+_ALIASES: dict[str, StopReason] = {
     "end_turn": "completed",
     "stop": "completed",
     "stop_sequence": "completed",
@@ -49,7 +41,7 @@ def _accepted_pattern() -> str:
 ACCEPTED_PATTERN = _accepted_pattern()
 
 
-def normalise_stop_reason(value: str) -> str:
+def normalise_stop_reason(value: str) -> StopReason:
     """The wire value for a stop reason as a producer sent it.
 
     Case is ignored and ``-`` is the same as ``_``. Raises ``ValueError`` for anything that

@@ -26,18 +26,17 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
-from lastword.api import MAX_INT64
-from lastword.errors import BadRequest
+from lastword.limits import MAX_INT64
+from lastword.errors import InvalidLastEventId
 from lastword.hub import IDLE, Subscription
 from lastword.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
 from lastword.schemas import Problem
 from lastword.service import RunService
-from lastword.store.base import RunRecord, StoredEvent
+from lastword.records import RunRecord, StoredEvent
 from lastword.views import result_view, run_view
 
 router = APIRouter(prefix="/v1")
 
-PAGE = 500
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
     400: {"model": Problem, "description": "A bad resume id."},
@@ -51,10 +50,10 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
         try:
             value = int(last_event_id)
         except ValueError:
-            raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id") from None
+            raise InvalidLastEventId("Last-Event-ID must be an id this stream sent") from None
         if not 0 <= value <= MAX_INT64:
             # Ids are 64-bit in both databases; a larger one is none this stream sent.
-            raise BadRequest("Last-Event-ID must be an id this stream sent", code="invalid_last_event_id")
+            raise InvalidLastEventId("Last-Event-ID must be an id this stream sent")
         return value
     return after
 
@@ -63,9 +62,8 @@ def _check_sent(resume: int, last_id: int) -> None:
     """Refuse a resume point past the stream's end: no stream sent it, and waiting for the
     stream to reach it would silently skip everything up to there."""
     if resume > last_id:
-        raise BadRequest(
-            f"resume id {resume} is past the end of this stream (its last id is {last_id})",
-            code="invalid_last_event_id", lastId=last_id,
+        raise InvalidLastEventId(
+            f"resume id {resume} is past the end of this stream (its last id is {last_id})", lastId=last_id,
         )
 
 
@@ -128,12 +126,10 @@ async def _live(
 
 
 def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
-    """Count the subscription as open; the callable returned ends it (call it exactly once)."""
-    service.metrics.subscribers.inc()
+    """The callable that ends the subscription (call it exactly once)."""
 
     def release() -> None:
-        service.hub.unsubscribe(run_id, subscription)
-        service.metrics.subscribers.dec()
+        service.unsubscribe(run_id, subscription)
 
     return release
 
@@ -179,18 +175,18 @@ async def run_stream(
     service: RunService = request.app.state.service
     types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
     resume = _resume_point(last_event_id, after)
-    subscription = service.hub.subscribe_run(runId, frozenset(types))
+    subscription = service.subscribe_run(runId, frozenset(types))
     release = _releaser(service, runId, subscription)
     try:
         if resume is None:
-            run, turn = await service.store.snapshot(runId)
+            run, turn = await service.snapshot(runId)
             snapshot = ServerSentEvent(
                 data=orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
                 event="run/snapshot",
                 id=str(run.last_seq),
             )
         else:
-            run = await service.store.get_run(runId)
+            run = await service.get_run(runId)
             _check_sent(resume, run.last_seq)
             snapshot = None
     except BaseException:
@@ -222,15 +218,15 @@ async def _run_messages(
         subscription.caught_up()
         # From the log: everything after the last id sent, page by page.
         while True:
-            events = await service.store.events_after(run.run_id, last, PAGE, types)
+            events = await service.events_after(run.run_id, last, service.page_size, types)
             for event in events:
                 yield _message(event, event.seq)
                 last = event.seq
                 if _closes(event, run):
                     return
-            if len(events) < PAGE:
+            if len(events) < service.page_size:
                 break
-        run = await service.store.get_run(run.run_id)
+        run = await service.get_run(run.run_id)
         if run.status == "ended" and last >= run.last_seq:
             return
         # Live, until the buffer overflows and the log takes over again.
@@ -260,10 +256,10 @@ async def firehose(
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
     service: RunService = request.app.state.service
     resume = _resume_point(last_event_id, after)
-    subscription = service.hub.subscribe_feed(parentRunId)
+    subscription = service.subscribe_feed(parentRunId)
     release = _releaser(service, None, subscription)
     try:
-        start = await service.store.last_feed_id()
+        start = await service.last_feed_id()
         if resume is not None:
             _check_sent(resume, start)
             start = resume
@@ -287,12 +283,12 @@ async def _feed_messages(
     while True:
         subscription.caught_up()
         while True:
-            events = await service.store.feed_after(last, parent_run_id, PAGE)
+            events = await service.feed_after(last, parent_run_id, service.page_size)
             for event in events:
                 assert event.feed_id is not None
                 yield _message(event, event.feed_id)
                 last = event.feed_id
-            if len(events) < PAGE:
+            if len(events) < service.page_size:
                 break
         async for item in _live(subscription, deadline, keepalive):
             if isinstance(item, bytes):

@@ -1,4 +1,4 @@
-"""The storage contract every backend meets, and the records it hands out.
+"""The storage contract every backend meets (the records it hands out are :mod:`lastword.records`).
 
 A store owns the durable log and the folds of open turns: every operation that changes a run
 runs in one database transaction, holding the run's row lock, so that ``seq`` is assigned
@@ -9,89 +9,20 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from lastword.records import (
+    AppendOutcome,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    RunStatus,
+    StoredEvent,
+    TurnRecord,
+)
+from lastword.stop_reasons import StopReason
 
-@dataclass(slots=True, frozen=True)
-class RunSpec:
-    """What a client asked for when it created a run (kept to answer a repeated create)."""
-
-    run_id: str
-    parent_run_id: str | None
-    agent: str | None
-    mode: str
-    metadata: dict[str, Any]
-    lease_seconds: float | None
-    canonical: str  # the request body, canonical JSON, for the idempotency comparison
-
-
-@dataclass(slots=True, frozen=True)
-class RunRecord:
-    pk: int
-    run_id: str
-    parent_run_id: str | None
-    agent: str | None
-    mode: str
-    metadata: dict[str, Any]
-    lease_seconds: float
-    canonical: str
-    status: str  # running | idle | ended
-    turn: int
-    last_seq: int
-    lease_expires_at: float | None
-    created_at: float
-    updated_at: float
-
-
-@dataclass(slots=True, frozen=True)
-class TurnRecord:
-    run_id: str
-    turn: int
-    start_seq: int
-    started_at: float
-    ended_at: float | None
-    stop_reason: str | None
-    error: Any
-    output: list[dict[str, Any]]
-    usage: dict[str, int]
-
-    @property
-    def ended(self) -> bool:
-        return self.ended_at is not None
-
-
-@dataclass(slots=True)
-class StoredEvent:
-    run_id: str
-    seq: int
-    turn: int
-    type: str
-    body: dict[str, Any]
-    received_at: float
-    event_id: str | None = None
-    parent_run_id: str | None = None
-    feed_id: int | None = None  # set on lifecycle events: their place in the firehose
-    #: The SSE bytes of this event by message id, filled by the first subscriber that sends it
-    #: (the hub hands one object to every subscriber, so the rest reuse them).
-    encoded: dict[int, bytes] | None = None
-
-
-@dataclass(slots=True)
-class AppendOutcome:
-    accepted: int
-    duplicates: int
-    last_seq: int
-    stored: list[StoredEvent] = field(default_factory=list)
-    ended: TurnRecord | None = None
-
-
-@dataclass(slots=True)
-class EndOutcome:
-    run: RunRecord
-    turn: TurnRecord
-    changed: bool  # False when the turn had already ended the same way
-    stored: list[StoredEvent] = field(default_factory=list)
+__all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "StoredEvent", "TurnRecord"]
 
 
 class Store(abc.ABC):
@@ -121,7 +52,7 @@ class Store(abc.ABC):
         self,
         *,
         parent_run_id: str | None,
-        status: str | None,
+        status: RunStatus | None,
         agent: str | None,
         limit: int,
         before_pk: int | None,
@@ -140,7 +71,7 @@ class Store(abc.ABC):
     async def end_turn(
         self,
         run_id: str,
-        stop_reason: str,
+        stop_reason: StopReason,
         error: Any,
         now: float,
         *,

@@ -1,4 +1,4 @@
-"""Choose the backend from the database URL, and the notice listener that goes with it."""
+"""Choose the backend from the database URL, and the fan-out that goes with it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from lastword.settings import Settings
 from lastword.store.base import Store
 
 if TYPE_CHECKING:
-    from lastword.notify import NoticeListener
-    from lastword.service import RunService
+    from lastword.fanout import Fanout
+    from lastword.hub import Hub
 
 
 def is_postgres_url(url: str) -> bool:
@@ -34,15 +34,15 @@ def open_store(settings: Settings) -> Store:
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
 
 
-def open_notifier(store: Store, service: RunService) -> NoticeListener | None:
-    """The listener for other replicas' commits (PostgreSQL; not yet started), or None.
+def open_fanout(store: Store, hub: Hub) -> Fanout:
+    """The fan-out for ``store`` (opened; the fan-out is not yet started).
 
+    PostgreSQL may have other replicas: the hub is fed by commit notices, in commit order.
     SQLite is one process's file: everything it commits is published where it is committed.
     """
+    from lastword.fanout import LocalFanout, NoticeFanout
     from lastword.store.postgres import PostgresStore
 
-    if not isinstance(store, PostgresStore):
-        return None
-    from lastword.notify import NoticeListener
-
-    return NoticeListener(store.url, store.channel, service.publish_committed, service.hub.resync)
+    if isinstance(store, PostgresStore):
+        return NoticeFanout(hub, store, store.url, store.channel)
+    return LocalFanout(hub)

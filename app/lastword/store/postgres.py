@@ -1,6 +1,7 @@
 """The PostgreSQL backend: several replicas on one database.
 
-The logic is :mod:`lastword.store.sql`'s, unchanged; this module brings what only PostgreSQL does:
+The logic is :mod:`lastword.store.sql`'s and :mod:`lastword.runstate`'s, unchanged; this module
+brings what only PostgreSQL does:
 
 * **Order per run.** Every change to a run starts with ``SELECT … FOR UPDATE`` on its row, so
   transactions on one run, from any replica, run one after the other: ``seq`` is assigned
@@ -19,7 +20,7 @@ The logic is :mod:`lastword.store.sql`'s, unchanged; this module brings what onl
   upgrade it one after the other.
 
 Connections are synchronous psycopg connections from a :class:`psycopg_pool.ConnectionPool`,
-used from a thread pool (see :mod:`lastword.store.sql` for why). Every driver or pool failure becomes
+used from a thread pool (see :mod:`lastword.store.tx` for why). Every driver or pool failure becomes
 :class:`lastword.errors.Unavailable` here, once; a connection found dead before its transaction
 could commit is discarded and the transaction retried on a fresh one, so a replica recovers by
 itself when the database comes back. A failure during ``COMMIT`` is never retried: its outcome
@@ -34,16 +35,20 @@ import logging
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from lastword.errors import LastwordError, Unavailable, Unprocessable
+from lastword.errors import LastwordError, Unavailable, UnstorableValue
 from lastword.notify import Notice
-from lastword.store.sql import EVENT_COLUMNS, SqlStore, Tx, run_in, upgrade_schema
+from lastword.store.migrations import upgrade_schema
+from lastword.store.rows import EVENT_COLUMNS
+from lastword.store.sql import SqlStore
+from lastword.store.tx import Tx, run_in
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 log = logging.getLogger("lastword")
 
@@ -116,7 +121,7 @@ CREATE TABLE IF NOT EXISTS feed (
 CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id)
 """
 
-#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (sql.upgrade_schema).
+#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (store.migrations).
 SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at DOUBLE PRECISION NOT NULL);
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at)
@@ -172,12 +177,12 @@ class PostgresStore(SqlStore):
 
     # -- transactions ------------------------------------------------------------------
 
-    def _transact(self, begin: str, timeout: float, fn: Callable[..., T], *args: Any) -> T:
+    def _transact(self, begin: str, timeout: float, work: Callable[[Tx], T]) -> T:
         lost: BaseException | None = None
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with self._pool.connection(timeout=timeout) as connection:
-                    return self._attempt(connection, begin, fn, args)
+                    return self._attempt(connection, begin, work)
             except _Retry as retry:
                 lost = retry.__cause__
                 log.warning("a database connection was lost (%s); attempt %d of %d", lost, attempt, ATTEMPTS)
@@ -189,18 +194,18 @@ class PostgresStore(SqlStore):
                 raise Unavailable("the PostgreSQL store cannot be reached: no connection") from error
             except psycopg.DataError as error:
                 # A value PostgreSQL cannot hold (a NUL character in a text, for one).
-                raise Unprocessable(f"the store refused a value: {error}", code="unstorable_value") from error
+                raise UnstorableValue(f"the store refused a value: {error}") from error
             except psycopg.Error as error:
                 raise Unavailable(f"the PostgreSQL store failed: {error}") from error
         raise Unavailable(f"the PostgreSQL store cannot be reached: {lost}") from lost
 
-    def _attempt(self, connection: psycopg.Connection[Any], begin: str, fn: Callable[..., T], args: Any) -> T:
+    def _attempt(self, connection: psycopg.Connection[Any], begin: str, fn: Callable[[Tx], T]) -> T:
         tx = Tx(connection.cursor(), to_pyformat)
         committed = False
         try:
             try:
                 connection.execute(begin)
-                result = fn(tx, *args)
+                result = fn(tx)
             except psycopg.OperationalError as error:
                 if connection.broken:
                     raise _Retry() from error
@@ -217,26 +222,27 @@ class PostgresStore(SqlStore):
                     pass  # the pool discards a connection it cannot reset
             tx.finish(committed)
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await run_in(self._threads, self._transact, "BEGIN", POOL_TIMEOUT, fn, *args)
+    async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_in(self._threads, self._transact, "BEGIN", POOL_TIMEOUT, lambda tx: fn(tx, *args, **kwargs))
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await run_in(self._threads, self._transact, READ_ONLY, POOL_TIMEOUT, fn, *args)
+    async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_in(
+            self._threads, self._transact, READ_ONLY, POOL_TIMEOUT, lambda tx: fn(tx, *args, **kwargs)
+        )
 
     # -- dialect -----------------------------------------------------------------------
 
-    def _lock_clause(self) -> str:
-        return " FOR UPDATE"
+    lock_clause = " FOR UPDATE"
 
-    def _match_ids(self, count: int) -> str:
+    def match_ids(self, count: int) -> str:
         return "event_id = ANY(?)"
 
-    def _id_params(self, ids: list[str]) -> list[Any]:
+    def id_params(self, ids: list[str]) -> list[Any]:
         return [ids]
 
-    def _insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+    def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
         if len(rows) < COPY_FROM:
-            super()._insert_events(tx, rows)
+            super().insert_events(tx, rows)
             return
         # COPY takes a batch in one stream: about three times the rate of executemany's
         # pipelined INSERTs. Duplicates were weeded out under the run's lock, so no ON CONFLICT.
@@ -244,11 +250,11 @@ class PostgresStore(SqlStore):
             for row in rows:
                 copy.write_row(row)
 
-    def _before_feed_insert(self, tx: Tx) -> None:
+    def before_feed_insert(self, tx: Tx) -> None:
         # Held until commit: feed ids become visible in the order they were handed out.
         tx.run("SELECT pg_advisory_xact_lock(?)", (self._feed_lock,))
 
-    def _after_commit_notice(
+    def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
     ) -> None:
         payload = Notice(run_id, first_seq, last_seq, feed_id).payload()

@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
-from lastword.store.sql import SqlStore, Tx, run_in, upgrade_schema
+from lastword.store.migrations import upgrade_schema
+from lastword.store.sql import SqlStore
+from lastword.store.tx import Tx, run_in
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -78,7 +81,7 @@ CREATE TABLE IF NOT EXISTS feed (
 CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id);
 """
 
-#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (sql.upgrade_schema).
+#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (store.migrations).
 SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REAL NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
@@ -145,14 +148,14 @@ class SqliteStore(SqlStore):
                 self._connections.append(connection)
         return connection
 
-    def _transact(self, begin: str, fn: Callable[..., T], *args: Any) -> T:
+    def _transact(self, begin: str, work: Callable[[Tx], T]) -> T:
         try:
             connection = self._connection()
             tx = Tx(connection.cursor(), str)
             connection.execute(begin)
             committed = False
             try:
-                result = fn(tx, *args)
+                result = work(tx)
                 connection.execute("COMMIT")
                 committed = True
                 return result
@@ -165,11 +168,11 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as error:
             raise Unavailable(f"the SQLite store failed: {error}") from error
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await run_in(self._writer_pool, self._transact, "BEGIN IMMEDIATE", fn, *args)
+    async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_in(self._writer_pool, self._transact, "BEGIN IMMEDIATE", lambda tx: fn(tx, *args, **kwargs))
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await run_in(self._reader_pool, self._transact, "BEGIN", fn, *args)
+    async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_in(self._reader_pool, self._transact, "BEGIN", lambda tx: fn(tx, *args, **kwargs))
 
     async def open(self) -> None:
         if self.path != ":memory:":
@@ -179,7 +182,7 @@ class SqliteStore(SqlStore):
     def _create_schema(self) -> None:
         # BEGIN IMMEDIATE takes the write lock first, so processes starting together on one
         # file create or upgrade the schema one after the other (the busy timeout waits).
-        self._transact("BEGIN IMMEDIATE", upgrade_schema, MIGRATIONS)
+        self._transact("BEGIN IMMEDIATE", lambda tx: upgrade_schema(tx, MIGRATIONS))
 
     async def close(self) -> None:
         self._writer_pool.shutdown(wait=True)

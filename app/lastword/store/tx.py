@@ -1,0 +1,70 @@
+"""One transaction on a DB-API cursor, and running blocking work off the event loop.
+
+Statements are written once with ``?`` placeholders; :class:`Tx` rewrites them for the driver
+(psycopg wants ``%s``). Why threads and synchronous drivers: the logic that assigns ``seq``,
+dedupes ``eventId`` and ends turns must hold the run's row lock and the turn's fold together,
+and writing it once for both backends matters more than an async driver would (psycopg offers
+the same synchronous API as ``sqlite3``; the event loop only waits on a future).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Holdable(Protocol):
+    """Something a transaction keeps locked until it ends (a fold slot)."""
+
+    def acquire(self) -> None: ...
+
+    def release(self, committed: bool) -> None: ...
+
+
+class Tx:
+    """One transaction; what it holds is released after it commits or rolls back."""
+
+    def __init__(self, cursor: Any, convert: Callable[[str], str]) -> None:
+        self.cursor = cursor
+        self._convert = convert
+        self._held: list[Holdable] = []
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self.cursor.execute(self._convert(sql), params)
+        return list(self.cursor.fetchall())
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
+        """The rows one at a time, for results too long to hold as one list."""
+        self.cursor.execute(self._convert(sql), params)
+        return iter(self.cursor)
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self.cursor.execute(self._convert(sql), params)
+        return self.cursor.fetchone()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.cursor.execute(self._convert(sql), params)
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.cursor.executemany(self._convert(sql), rows)
+
+    def hold(self, thing: Holdable) -> None:
+        thing.acquire()
+        self._held.append(thing)
+
+    def finish(self, committed: bool) -> None:
+        for thing in self._held:
+            thing.release(committed)
+        self._held.clear()
+
+
+async def run_in(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run ``fn(*args, **kwargs)`` on ``executor`` without blocking the event loop."""
+    call = functools.partial(fn, *args, **kwargs) if kwargs else functools.partial(fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)

@@ -1,0 +1,300 @@
+"""The run/turn state machine (lastword.runstate), without a database.
+
+The rules are applied to records held in memory, as the store would hold them: each operation's
+:class:`Change` is folded into the run the next operation sees. The property test drives random
+sequences of every operation and checks what must hold after any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lastword import runstate
+from lastword.errors import (
+    EventIdConflict,
+    LastwordError,
+    NotContinuable,
+    RunEnded,
+    RunExists,
+    RunRunning,
+    TurnAlreadyEnded,
+)
+from lastword.fold import TurnFold
+from lastword.records import RunMode, RunRecord, RunSpec, TurnRecord
+from lastword.stop_reasons import WIRE_VALUES, StopReason
+
+NOW = 1_700_000_000.0
+
+
+def spec(run_id: str = "r", *, mode: RunMode = "oneshot", lease: float | None = 30.0, body: str = "{}") -> RunSpec:
+    return RunSpec(run_id=run_id, parent_run_id=None, agent=None, mode=mode, metadata={}, lease_seconds=lease,
+                   canonical=body)
+
+
+def text(value: str, event_id: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
+    if event_id is not None:
+        event["eventId"] = event_id
+    return event
+
+
+def end(reason: str = "completed") -> dict[str, Any]:
+    return {"type": "turn/end", "stopReason": reason}
+
+
+@dataclass
+class Logged:
+    seq: int
+    type: str
+    body: dict[str, Any]
+
+
+@dataclass
+class Memory:
+    """A run as a store would keep it: the record, its turns, its log, and the open turn's fold."""
+
+    run: RunRecord
+    turns: dict[int, TurnRecord] = field(default_factory=dict)
+    log: list[Logged] = field(default_factory=list)
+    fold: TurnFold = field(default_factory=TurnFold)
+
+    @classmethod
+    def create(cls, created: runstate.Change) -> Memory:
+        memory = cls(run=created.run)
+        memory.apply(created)
+        return memory
+
+    def apply(self, change: runstate.Change) -> None:
+        logged = [Logged(seq, event["type"], event) for seq, event, _ in change.appended]
+        logged += [Logged(event.seq, event.type, event.body) for event in change.events]
+        assert [entry.seq for entry in logged] == list(
+            range(self.log[-1].seq + 1 if self.log else 1, change.run.last_seq + 1)
+        ), "a change logs the seqs after the run's last, gap-free, up to its new last"
+        self.log.extend(logged)
+        if change.started is not None:
+            self.turns[change.started.turn] = change.started
+            self.fold = TurnFold(last_seq=change.started.start_seq)
+        if change.ended is not None:
+            ended = change.ended
+            self.turns[ended.turn] = replace(self.turns[ended.turn], ended_at=ended.ended_at,
+                                             stop_reason=ended.stop_reason, error=ended.error,
+                                             output=ended.output, usage=ended.usage)
+        self.run = change.run
+
+    @property
+    def status(self) -> str:
+        return self.run.status
+
+    @property
+    def last_turn(self) -> TurnRecord:
+        return self.turns[self.run.turn]
+
+
+# -- examples ----------------------------------------------------------------------------
+
+
+def test_a_new_run_runs_turn_one_from_seq_one() -> None:
+    """create: running, turn 1, subagent/start at seq 1, the lease counted from now."""
+    change = runstate.create(spec(lease=None), NOW, default_lease_seconds=60)
+    assert (change.run.status, change.run.turn, change.run.last_seq) == ("running", 1, 1)
+    assert change.run.lease_seconds == 60 and change.run.lease_expires_at == NOW + 60
+    assert [(e.seq, e.type) for e in change.events] == [(1, "subagent/start")]
+    assert change.started is not None and change.started.start_seq == 1
+    assert runstate.create(spec(lease=0), NOW, 60).run.lease_expires_at is None
+
+
+def test_a_repeated_create_is_answered_or_refused_by_its_body() -> None:
+    existing = runstate.create(spec(body='{"a":1}'), NOW, 60).run
+    assert runstate.repeated_create(existing, spec(body='{"a":1}')) is existing
+    with pytest.raises(RunExists):
+        runstate.repeated_create(existing, spec(body='{"a":2}'))
+
+
+def test_a_turn_end_in_a_batch_ends_the_turn_with_the_selected_output() -> None:
+    memory = Memory.create(runstate.create(spec(), NOW, 60))
+    change = runstate.append(memory.run, memory.fold, list(enumerate([text("hel"), text("lo"), end("stop")])), NOW + 1)
+    memory.apply(change)
+    assert memory.run.status == "ended" and memory.run.lease_expires_at is None
+    assert [e.type for e in memory.log] == ["subagent/start", "assistant/chunk", "assistant/chunk", "turn/end",
+                                            "subagent/end"]
+    assert memory.last_turn.stop_reason == "completed"
+    assert memory.last_turn.output == [{"type": "text", "text": "hello"}]
+    assert memory.log[-1].body["lastAssistantMessage"] == [{"type": "text", "text": "hello"}]
+
+
+def test_nothing_may_follow_a_turn_end_in_its_request() -> None:
+    memory = Memory.create(runstate.create(spec(), NOW, 60))
+    with pytest.raises(RunEnded) as refused:
+        runstate.append(memory.run, memory.fold, list(enumerate([end(), text("late")])), NOW)
+    assert refused.value.extra["index"] == 1
+
+
+def test_an_ended_run_refuses_events_naming_how_it_ended() -> None:
+    memory = Memory.create(runstate.create(spec(), NOW, 60))
+    memory.apply(runstate.end_turn(memory.run, memory.fold, "max_tokens", None, NOW))
+    assert not runstate.accepts_events(memory.run)
+    error = runstate.turn_has_ended(memory.run, memory.last_turn, 3)
+    assert isinstance(error, RunEnded) and error.extra == {"runId": "r", "turn": 1, "stopReason": "max_tokens",
+                                                            "index": 3}
+
+
+def test_a_repeated_end_answers_the_same_and_another_reason_is_refused() -> None:
+    memory = Memory.create(runstate.create(spec(), NOW, 60))
+    memory.apply(runstate.end_turn(memory.run, memory.fold, "completed", None, NOW))
+    assert runstate.decide_end(memory.run, NOW, only_if_expired=False) == "repeat"
+    assert runstate.repeated_end(memory.run, memory.last_turn, "completed") == memory.last_turn
+    with pytest.raises(TurnAlreadyEnded):
+        runstate.repeated_end(memory.run, memory.last_turn, "error")
+
+
+def test_the_sweep_ends_only_a_running_turn_whose_lease_ran_out() -> None:
+    run = runstate.create(spec(lease=10), NOW, 60).run
+    assert runstate.decide_end(run, NOW + 9.999, only_if_expired=True) == "skip"
+    assert runstate.decide_end(run, NOW + 10, only_if_expired=True) == "end"
+    unleased = runstate.create(spec(lease=0), NOW, 60).run
+    assert runstate.decide_end(unleased, NOW + 1e9, only_if_expired=True) == "skip"
+    ended = replace(run, status="ended", lease_expires_at=None)
+    assert runstate.decide_end(ended, NOW + 100, only_if_expired=True) == "skip"
+
+
+def test_every_accepted_event_renews_the_lease() -> None:
+    memory = Memory.create(runstate.create(spec(lease=10), NOW, 60))
+    memory.apply(runstate.append(memory.run, memory.fold, [(0, text("x"))], NOW + 7))
+    assert memory.run.lease_expires_at == NOW + 17 and memory.run.updated_at == NOW + 7
+
+
+def test_continuable_runs_take_turns_and_close() -> None:
+    memory = Memory.create(runstate.create(spec(mode="continuable"), NOW, 60))
+    with pytest.raises(RunRunning):
+        runstate.next_turn(memory.run, NOW)
+    memory.apply(runstate.end_turn(memory.run, memory.fold, "completed", None, NOW))
+    assert memory.status == "idle"
+    memory.apply(runstate.next_turn(memory.run, NOW + 1))
+    assert (memory.status, memory.run.turn) == ("running", 2)
+    assert memory.log[-1].type == "subagent/start" and memory.log[-1].body["turn"] == 2
+    memory.apply(runstate.close(memory.run, memory.fold, NOW + 2))
+    assert memory.status == "ended"
+    assert [e.type for e in memory.log[-2:]] == ["subagent/end", "run/closed"]
+    assert memory.last_turn.stop_reason == "cancelled"
+    assert runstate.decide_close(memory.run) == "closed"
+    with pytest.raises(RunEnded):
+        runstate.next_turn(memory.run, NOW)
+
+
+def test_a_oneshot_run_has_one_turn_and_is_not_closed() -> None:
+    run = runstate.create(spec(), NOW, 60).run
+    with pytest.raises(NotContinuable):
+        runstate.next_turn(replace(run, status="ended"), NOW)
+    with pytest.raises(NotContinuable):
+        runstate.close(run, TurnFold(), NOW)
+
+
+def test_a_repeated_event_id_is_kept_once_and_other_content_is_a_conflict() -> None:
+    events = [text("a", "1"), text("b", "2"), text("a", "1")]
+    fresh, duplicates = runstate.without_duplicates(events, {"2": text("b", "2")})
+    assert [index for index, _ in fresh] == [0] and duplicates == 2
+    with pytest.raises(EventIdConflict) as refused:
+        runstate.without_duplicates([text("a", "1"), text("z", "1")], {})
+    assert refused.value.extra == {"index": 1, "eventId": "1"}
+
+
+# -- properties --------------------------------------------------------------------------
+
+OPERATIONS = st.sampled_from(["append", "append_end", "end", "sweep", "next", "close"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mode=st.sampled_from(["oneshot", "continuable"]),
+    lease=st.sampled_from([0.0, 5.0]),
+    steps=st.lists(st.tuples(OPERATIONS, st.integers(0, 3), st.sampled_from(WIRE_VALUES), st.floats(0, 10)),
+                   max_size=25),
+)
+def test_any_sequence_of_operations_keeps_the_run_consistent(
+    mode: RunMode, lease: float, steps: list[tuple[str, int, StopReason, float]]
+) -> None:
+    """Whatever is asked in whatever order: seqs are gap-free, a turn ends exactly once, the
+    status follows the mode, only a running turn has a lease, and every refusal changes nothing."""
+    now = NOW
+    memory = Memory.create(runstate.create(spec(mode=mode, lease=lease), now, 60))
+    for operation, count, reason, pause in steps:
+        now += pause
+        before = memory.run
+        try:
+            if operation in ("append", "append_end"):
+                events = [text(f"t{i}") for i in range(count)] + ([end(reason)] if operation == "append_end" else [])
+                if not events:
+                    continue
+                if not runstate.accepts_events(before):
+                    error = runstate.turn_has_ended(before, memory.last_turn, 0)
+                    assert before.status != "running" and isinstance(error, RunEnded)
+                    continue
+                change = runstate.append(before, memory.fold, list(enumerate(events)), now)
+            elif operation in ("end", "sweep"):
+                decision = runstate.decide_end(before, now, only_if_expired=operation == "sweep")
+                if decision == "skip":
+                    assert operation == "sweep" and not runstate.lease_expired(before, now)
+                    continue
+                if decision == "repeat":
+                    assert before.status != "running"
+                    try:
+                        assert runstate.repeated_end(before, memory.last_turn, reason).stop_reason == reason
+                    except TurnAlreadyEnded:
+                        assert memory.last_turn.stop_reason != reason
+                    continue
+                change = runstate.end_turn(before, memory.fold, "timeout" if operation == "sweep" else reason, None, now)
+            elif operation == "next":
+                change = runstate.next_turn(before, now)
+                assert before.mode == "continuable" and before.status == "idle"
+            else:
+                closing = runstate.decide_close(before)
+                change = runstate.close(before, memory.fold if closing == "end_and_close" else None, now)
+                assert before.mode == "continuable"
+        except LastwordError:
+            assert memory.run == before  # a refusal changes nothing
+            continue
+        memory.apply(change)
+        run = memory.run
+        assert run.turn == len(memory.turns)
+        assert (run.lease_expires_at is not None) == (run.status == "running" and run.lease_seconds > 0)
+        if run.mode == "oneshot":
+            assert run.status in ("running", "ended") and run.turn == 1
+        ended_turns = [e.body["turn"] for e in memory.log if e.type == "subagent/end"]
+        assert len(ended_turns) == len(set(ended_turns)), "a turn ends exactly once"
+        assert sorted(ended_turns) == sorted(t.turn for t in memory.turns.values() if t.ended)
+        if run.status == "running":
+            assert not memory.last_turn.ended
+        closes = [e for e in memory.log if e.type == "run/closed"]
+        assert len(closes) <= 1 and (not closes or memory.log[-1].type == "run/closed")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(st.tuples(st.sampled_from(["a", "b", "c", None]), st.sampled_from(["x", "y"])), max_size=12),
+    stored=st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"]), max_size=3),
+)
+def test_event_ids_are_stored_once_and_conflicts_refuse_the_batch(
+    events: list[tuple[str | None, str]], stored: dict[str, str]
+) -> None:
+    """Each eventId ends up in the log once; a repeat with other content refuses the whole batch."""
+    batch = [text(content, event_id) for event_id, content in events]
+    in_log = {event_id: text(content, event_id) for event_id, content in stored.items()}
+    first_content: dict[str, str] = dict(stored)
+    conflict = False
+    for event_id, content in events:
+        if event_id is not None:
+            conflict |= first_content.setdefault(event_id, content) != content
+    if conflict:
+        with pytest.raises(EventIdConflict):
+            runstate.without_duplicates(batch, in_log)
+        return
+    fresh, duplicates = runstate.without_duplicates(batch, in_log)
+    assert len(fresh) + duplicates == len(batch)
+    fresh_ids = [event.get("eventId") for _, event in fresh if event.get("eventId") is not None]
+    assert len(fresh_ids) == len(set(fresh_ids)) and not set(fresh_ids) & set(stored)
+    assert [index for index, _ in fresh] == sorted(index for index, _ in fresh)
