@@ -61,8 +61,9 @@ def test_sigterm_drains_streams_and_finishes_the_ingest_in_flight(tmp_path: Path
         assert answers and answers[0].status_code == 200, answers
         assert answers[0].json()["accepted"] == 6
         assert server.process is not None
-        # uvicorn re-raises the signal once it has shut down gracefully: exit by SIGTERM.
-        assert server.process.wait(timeout=20) in (0, -signal.SIGTERM)
+        # A graceful shutdown on SIGTERM ends with status 0 (a container's clean exit), not by
+        # the signal uvicorn raises again once it is done.
+        assert server.process.wait(timeout=20) == 0
     finally:
         server.kill()
 

@@ -31,7 +31,9 @@ class RunSpec:
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
 
 
-@dataclass(slots=True, frozen=True, kw_only=True)
+# Not frozen, unlike the other records: the state machine builds one per ingest request, and a
+# frozen dataclass takes twice as long to build. Nothing changes a record in place.
+@dataclass(slots=True, kw_only=True)
 class RunRecord:
     pk: int  # the store's key, 0 until the run is stored
     run_id: str
@@ -89,6 +91,8 @@ class AppendOutcome:
     last_seq: int
     stored: list[StoredEvent] = field(default_factory=list)
     ended: TurnRecord | None = None
+    #: How many events of each type this append stored (duplicates left out), for the metrics.
+    accepted_types: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
