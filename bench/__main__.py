@@ -32,6 +32,7 @@ SCENARIOS = {
     "e": "bench.idle",
     "f": "bench.fold",
     "g": "bench.restart",
+    "w": "bench.webhooks",
 }
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"

@@ -31,6 +31,8 @@ from lastword.schemas import (
     RunList,
     SubagentResult,
     ToolResult,
+    ChildrenJoin,
+    DeliveryList,
 )
 from lastword.limits import MAX_INT64
 from lastword.service import RunService
@@ -38,7 +40,7 @@ from lastword.records import AppendOutcome, RunStatus
 from lastword.settings import Settings
 from lastword.tool_result import tool_result
 from lastword.stop_reasons import StopReason
-from lastword.views import logged_event_view, result_view, run_view, turn_summary_view
+from lastword.views import delivery_view, logged_event_view, result_view, run_view, turn_summary_view
 
 router = APIRouter(prefix="/v1")
 
@@ -325,3 +327,25 @@ def event_schema_components() -> dict[str, Any]:
     schema = dict(EVENT_JSON_SCHEMA)
     definitions = schema.pop("$defs", {})
     return {"IngestEvent": schema, **definitions}
+
+
+@router.get("/runs/{runId}/deliveries", response_model=DeliveryList, response_model_exclude_unset=True,
+            responses=problems(404, 410))
+async def get_deliveries(request: Request, runId: str) -> dict[str, Any]:
+    """The run's webhook deliveries (one per ended turn) with every attempt and the next try."""
+    return {"deliveries": [delivery_view(d) for d in await service_of(request).deliveries(runId)]}
+
+
+@router.get("/runs/{runId}/children", response_model=ChildrenJoin, response_model_exclude_unset=True,
+            responses=problems(422))
+async def join_children(
+    request: Request,
+    runId: str,
+    wait: WaitQuery = 0,
+    any: Annotated[bool, Query(description="Answer as soon as one child's turn has ended.")] = False,  # noqa: A002
+) -> dict[str, Any]:
+    """Join: each child's current turn, once every one has ended (``?any=true``: the first) or
+    the wait runs out; ``done`` says which. The children are the runs naming ``runId`` as parent."""
+    wait = min(wait, settings_of(request).max_wait_seconds)
+    done, turns = await service_of(request).join(runId, wait, any_child=any)
+    return {"runId": runId, "done": done, "children": [result_view(turn) for turn in turns]}

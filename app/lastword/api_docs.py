@@ -159,6 +159,14 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("get", "/v1/runs/{runId}/stream"): {"response": ("200", "text/event-stream", _SNAPSHOT)},
     ("get", "/v1/stream"): {"response": ("200", "text/event-stream", _FIREHOSE)},
+    ("get", "/v1/runs/{runId}/deliveries"): {"response": ("200", "application/json", {"deliveries": [{
+        "webhookId": f"msg_{_RUN['runId']}_1", "turn": 1, "state": "pending",
+        "attempts": [{"at": "2026-11-30T14:00:03.120Z", "statusCode": 503, "response": "busy", "durationMs": 41.7}],
+        "lastStatus": 503, "nextAttemptAt": "2026-11-30T14:00:04.300Z",
+    }]})},
+    ("get", "/v1/runs/{runId}/children"): {"response": ("200", "application/json", {
+        "runId": "parent-1", "done": True, "children": [_RESULT],
+    })},
     ("get", "/healthz"): {"response": ("200", "application/json", {"status": "ok"})},
     ("get", "/readyz"): {"response": ("200", "application/json", {"status": "ready"})},
     ("get", "/metrics"): {"response": ("200", "text/plain", (

@@ -36,7 +36,7 @@ from tenacity import (
 
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
-from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
+from lastword.schemas import AppendResult, ChildrenJoin, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",
@@ -170,6 +170,11 @@ class _Core:
     def tool_result(self, run_id: str, turn: int | None, wait: float) -> _Call[ToolResult | None]:
         params: dict[str, Any] = {"wait": wait, **_turn_params(turn)}
         return _Call("GET", f"/v1/runs/{run_id}/tool-result", _tool_result_or_none, params=params,
+                     timeout=self.long_poll_timeout(wait))
+
+    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
+                     params={"wait": wait, "any": "true" if any_child else "false"},
                      timeout=self.long_poll_timeout(wait))
 
     @staticmethod
@@ -376,6 +381,16 @@ class LastwordClient:
             if wait.finished(result):
                 return result
 
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """Every child's current turn once all have ended (``any_child``: the first), or as they
+        stand when ``timeout`` runs out; ``done`` says which."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
+
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
         return self._send(self._core.tool_result(run_id, turn, wait))
@@ -492,6 +507,15 @@ class AsyncLastwordClient:
             result = await self._send(wait.next_call())
             if wait.finished(result):
                 return result
+
+    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """As :meth:`LastwordClient.join`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = await self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""

@@ -222,6 +222,10 @@ class UnstorableValue(Unprocessable):
     code = "unstorable_value"
 
 
+class InvalidWebhook(Unprocessable):
+    code = "invalid_webhook"
+
+
 class HeadersTooLarge(LastwordError):
     status, code, title = 431, "headers_too_large", "Request headers too large"
 

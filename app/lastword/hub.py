@@ -169,9 +169,12 @@ class Hub:
         """How many readers are parked until a turn ends."""
         return sum(len(waiters) for waiters in self._turn_ends.values())
 
-    def turn_end_signal(self, run_id: str) -> asyncio.Event:
-        """An event set when any turn of the run ends; call :meth:`release` when done."""
-        signal = asyncio.Event()
+    def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
+        """An event set when any turn of the run ends; call :meth:`release` when done.
+
+        Passing ``signal`` adds the same event to another run, so one waiter hears many runs.
+        """
+        signal = signal or asyncio.Event()
         self._turn_ends[run_id].add(signal)
         return signal
 

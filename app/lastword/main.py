@@ -24,6 +24,7 @@ from starlette.routing import Match, Route
 
 from lastword import __version__
 from lastword.access import AccessControl
+from lastword.delivery import WebhookSender
 from lastword.logs import RequestLog
 from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
@@ -50,6 +51,7 @@ from lastword.store import open_store
 from lastword.telemetry import open_turn_spans, run_or_none
 from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
+from lastword.webhooks import allowed_host_patterns
 
 log = logging.getLogger("lastword")
 
@@ -126,7 +128,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             log.error("cannot start: %s", error.detail)
             raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size, clock=clock)
+        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts), clock=clock)
+        sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
+                               max_attempts=settings.webhook_max_attempts,
+                               timeout_seconds=settings.webhook_timeout_seconds)
+        service.end_observers.append(sender.ended)
         # Before the start, whose sweep may end turns: those are spans too.
         spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
                                 lambda run_id, turn: _turn_record(service, run_id, turn))
@@ -138,6 +145,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             await service.close()
             raise
         app.state.service = service
+        sender.start()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:
             hours = settings.retention_hours
@@ -154,6 +162,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             await app.state.mcp.close()
             if spans is not None:
                 await spans.close()
+            await sender.close()
             await service.close()
 
     app = FastAPI(
@@ -206,6 +215,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.count_runs())
+        metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
         metrics.result_waiters.set(request.app.state.service.result_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 

@@ -21,6 +21,16 @@ class _Answer(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
 
+class WebhookSpec(_Strict):
+    """Where each ``subagent/end`` of the run is POSTed (Standard Webhooks, SPEC §14)."""
+
+    url: str = Field(max_length=2048, description="An http(s) URL on an allowed host.")
+    secret: str | None = Field(
+        None, max_length=512,
+        description="'whsec_' followed by base64; when set, each delivery carries webhook-signature.",
+    )
+
+
 class RunCreate(_Strict):
     """A run to create; every field is optional."""
 
@@ -38,6 +48,8 @@ class RunCreate(_Strict):
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
     """Seconds of silence after which an open turn ends as ``timeout``; 0: never. Default:
     ``LASTWORD_LEASE_SECONDS``."""
+
+    webhook: WebhookSpec | None = Field(None, description="Deliver each subagent/end to a URL (SPEC §14).")
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -191,6 +203,42 @@ class TextContent(_Answer):
     """Always ``text``."""
     text: str
     """Never empty."""
+
+
+class DeliveryAttempt(_Answer):
+    """One attempt of a webhook delivery."""
+
+    at: str = Field(description="When the attempt started (RFC 3339).")
+    statusCode: int | None = Field(None, description="The receiver's HTTP status, when it answered.")
+    error: str | None = Field(None, description="Why no answer came (connection refused, time-out, …).")
+    response: str | None = Field(None, description="The first characters of the receiver's answer.")
+    durationMs: float = Field(description="How long the attempt took.")
+
+
+class DeliveryView(_Answer):
+    """One webhook delivery (one ``subagent/end``): its state and every attempt so far."""
+
+    webhookId: str = Field(description="The webhook-id header of every attempt of this delivery.")
+    turn: int = Field(description="The turn whose subagent/end is delivered.")
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: will be (re)tried; delivered: a 2xx came back; failed: out of attempts.")
+    attempts: list[DeliveryAttempt] = Field(description="Every attempt so far, oldest first.")
+    lastStatus: int | None = Field(None, description="The status of the last attempt that got an answer.")
+    nextAttemptAt: str | None = Field(None, description="When the next attempt is due (pending only).")
+
+
+class DeliveryList(_Answer):
+    """A run's webhook deliveries (SPEC §14)."""
+
+    deliveries: list[DeliveryView] = Field(description="The run's deliveries, oldest first.")
+
+
+class ChildrenJoin(_Answer):
+    """A join of a parent's children: each child's current turn, and whether the wait was met."""
+
+    runId: str = Field(description="The parent run.")
+    done: bool = Field(description="Every child's current turn has ended (with ?any=true: at least one has).")
+    children: list[SubagentResult] = Field(description="Each child's current turn, newest child first.")
 
 
 class ToolResult(_Answer):

@@ -20,10 +20,21 @@ from lastword.fanout import Fanout
 from lastword.hub import Hub, Subscription
 from lastword.ids import new_run_id
 from lastword.metrics import Metrics
-from lastword.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, RunStatus, StoredEvent, TurnRecord
+from lastword.records import (
+    AppendOutcome,
+    Delivery,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    RunStatus,
+    StoredEvent,
+    TurnRecord,
+    WebhookTarget,
+)
 from lastword.schemas import RunCreate
 from lastword.stop_reasons import StopReason
 from lastword.store.base import Store
+from lastword.webhooks import check_webhook
 
 log = logging.getLogger("lastword")
 
@@ -42,6 +53,7 @@ class RunService:
         *,
         clock: Callable[[], float] = time.time,
         page_size: int = 1000,
+        webhook_hosts: tuple[str, ...] = (),
     ) -> None:
         self._store = store
         self._fanout = fanout
@@ -49,6 +61,8 @@ class RunService:
         self.clock = clock
         #: The most rows one internal read asks for (children of a run, the streams' log pages).
         self.page_size = page_size
+        #: ``LASTWORD_WEBHOOK_ALLOWED_HOSTS`` as patterns; empty allows any host.
+        self.webhook_hosts = webhook_hosts
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
         self.end_observers: list[Callable[[StoredEvent], None]] = []
 
@@ -147,6 +161,12 @@ class RunService:
         body = request.model_dump()
         run_id = request.runId or new_run_id(self.clock())
         body["runId"] = run_id
+        if body.get("webhook") is None:
+            body.pop("webhook", None)  # runs made before webhooks existed compare equal
+        target = None
+        if request.webhook is not None:
+            check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts)
+            target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
         spec = RunSpec(
             run_id=run_id,
             parent_run_id=request.parentRunId,
@@ -155,6 +175,7 @@ class RunService:
             metadata=request.metadata,
             lease_seconds=request.leaseSeconds,
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
+            webhook=target,
         )
         run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)
@@ -257,6 +278,49 @@ class RunService:
         finally:
             if signal is not None:
                 self._hub.release(run_id, signal)
+
+    async def join(self, run_id: str, wait: float, *, any_child: bool) -> tuple[bool, list[TurnRecord]]:
+        """The current turn of every child of ``run_id``, waiting up to ``wait`` seconds until
+        all of them (``any_child``: one of them) have ended; whether that happened, and the turns.
+
+        The children are those that exist when it looks (it looks again after every end it
+        hears). With no children, "all ended" holds at once and "one ended" never does.
+        """
+        deadline = time.monotonic() + wait
+        signal = asyncio.Event()
+        watched: set[str] = set()
+        ended: dict[str, TurnRecord] = {}
+        try:
+            while True:
+                signal.clear()
+                turns: list[TurnRecord] = []
+                for child in await self._children(run_id):
+                    record = ended.get(child.run_id)
+                    if record is None or record.turn != child.turn:
+                        record = (await self._store.turn_result(child.run_id, None))[1]
+                    if record.ended:
+                        ended[child.run_id] = record
+                    elif wait > 0 and child.run_id not in watched:
+                        self._hub.turn_end_signal(child.run_id, signal)
+                        watched.add(child.run_id)
+                    turns.append(record)
+                done = any(t.ended for t in turns) if any_child else all(t.ended for t in turns)
+                remaining = deadline - time.monotonic()
+                if done or remaining <= 0 or self._hub.draining:
+                    return done, turns
+                try:
+                    await asyncio.wait_for(signal.wait(), remaining)
+                except TimeoutError:
+                    pass
+        finally:
+            for child_id in watched:
+                self._hub.release(child_id, signal)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        return await self._store.deliveries(run_id)
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        return await self._store.outbox_stats()
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

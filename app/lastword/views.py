@@ -6,7 +6,7 @@ from typing import Any
 
 from lastword.lifecycle import rfc3339
 from lastword.stop_reasons import is_error
-from lastword.store.base import RunRecord, StoredEvent, TurnRecord
+from lastword.records import Delivery, RunRecord, StoredEvent, TurnRecord
 from lastword.fold import empty_usage
 
 
@@ -69,4 +69,19 @@ def turn_summary_view(turn: TurnRecord) -> dict[str, Any]:
     del body["output"]
     if not turn.ended:
         del body["usage"]
+    return body
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    """A delivery as ``GET …/deliveries`` shows it: never its URL's secret or the run's secret."""
+    body: dict[str, Any] = {
+        "webhookId": delivery.webhook_id,
+        "turn": delivery.turn,
+        "state": delivery.state,
+        "attempts": delivery.attempts,
+    }
+    if delivery.last_status is not None:
+        body["lastStatus"] = delivery.last_status
+    if delivery.state == "pending" and delivery.next_attempt_at is not None:
+        body["nextAttemptAt"] = rfc3339(delivery.next_attempt_at)
     return body

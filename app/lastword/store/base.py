@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from lastword.records import (
+    Delivery,
+    DeliveryJob,
     AppendOutcome,
     EndOutcome,
     RunRecord,
@@ -133,3 +135,28 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status."""
+
+    # -- the webhook outbox --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
+        """Lease up to ``limit`` due deliveries to the caller (one replica at a time each)."""
+
+    @abc.abstractmethod
+    async def record_attempt(
+        self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
+        next_attempt_at: float | None,
+    ) -> bool:
+        """Store an attempt's outcome if the caller still holds the lease; whether it did."""
+
+    @abc.abstractmethod
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        """The run's deliveries, oldest first (404/410 for an unknown or deleted run)."""
+
+    @abc.abstractmethod
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        """Pending deliveries: how many, and when the oldest was created."""
+
+    @abc.abstractmethod
+    async def next_delivery_due(self) -> float | None:
+        """When the earliest pending delivery is due."""

@@ -15,10 +15,20 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword import runstate
-from lastword.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, RunStatus, StoredEvent, TurnRecord
+from lastword.records import (
+    AppendOutcome,
+    Delivery,
+    DeliveryJob,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    RunStatus,
+    StoredEvent,
+    TurnRecord,
+)
 from lastword.runstate import Change
 from lastword.stop_reasons import StopReason
-from lastword.store import reads, retention, writes
+from lastword.store import outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FoldCache, caught_up
 from lastword.store.rows import EVENT_COLUMNS
@@ -33,6 +43,8 @@ class SqlStore(Store):
 
     events_by_id = "events"
     lock_clause = ""
+    #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
+    claim_clause = ""
 
     def __init__(self, *, default_lease_seconds: float, fold_cache_size: int = 50_000) -> None:
         self.default_lease_seconds = default_lease_seconds
@@ -85,6 +97,8 @@ class SqlStore(Store):
             return runstate.repeated_create(reads.run(tx, self, spec.run_id, lock=False), spec), False, []
         # A deleted run's id is not given out again: its old readers would mistake the new run.
         reads.refuse_deleted(tx, spec.run_id)
+        if spec.webhook is not None:
+            outbox.add_target(tx, spec.run_id, spec.webhook)
         stored = writes.persist(tx, self, change, first_seq=1, now=now, new_run=True)
         return replace(change.run, pk=pk), True, stored
 
@@ -203,3 +217,27 @@ class SqlStore(Store):
 
     async def count_runs(self) -> dict[str, int]:
         return await self._read(reads.count_runs)
+
+    # -- the webhook outbox (lastword.store.outbox) -----------------------------------------
+
+    async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
+        return await self._write(outbox.claim, self.claim_clause, now, lease_seconds, limit)
+
+    async def record_attempt(
+        self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
+        next_attempt_at: float | None,
+    ) -> bool:
+        return await self._write(outbox.record_attempt, job, attempts, state, status, next_attempt_at)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        return await self._read(self._deliveries, run_id)
+
+    def _deliveries(self, tx: Tx, run_id: str) -> list[Delivery]:
+        reads.run(tx, self, run_id, lock=False)  # 404 or 410 for a run that is not here
+        return outbox.of_run(tx, run_id)
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        return await self._read(outbox.pending_stats)
+
+    async def next_delivery_due(self) -> float | None:
+        return await self._read(outbox.next_due)

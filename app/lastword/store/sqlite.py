@@ -87,7 +87,28 @@ CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REA
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
 """
 
-MIGRATIONS = (SCHEMA, SCHEMA_V2)
+SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS webhooks (run_id TEXT PRIMARY KEY, url TEXT NOT NULL, secret TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts TEXT NOT NULL,
+    last_status INTEGER,
+    next_attempt_at REAL,
+    leased_until REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
+"""
+
+MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.
