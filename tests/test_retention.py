@@ -72,3 +72,37 @@ def test_firehose_readers_resume_across_deleted_rows(make_settings: Any) -> None
                 if line.startswith("data:"):
                     assert new in line and old not in line
                     break
+
+
+def test_firehose_resumes_after_retention_deleted_its_newest_rows(make_settings: Any) -> None:
+    """Every run deleted, the feed empty: resuming from the last id the firehose sent still works."""
+    clock = ManualClock()
+    with threaded_server(_retention_settings(make_settings), clock) as url, httpx.Client(base_url=url) as api:
+        runs = [api.post("/v1/runs", json={}).json()["runId"] for _ in range(3)]
+        for run in runs:
+            api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+        # Three starts and three ends: the firehose sent ids 1..6.
+        sent = []
+        with api.stream("GET", "/v1/stream", params={"after": 0}, timeout=10) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("id:"):
+                    sent.append(int(line.removeprefix("id:")))
+                if len(sent) == 6:
+                    break
+        _pass(clock, RETENTION_HOURS * 3600 + 10)
+        for run in runs:
+            assert api.get(f"/v1/runs/{run}").status_code == 410
+        for resume in (sent[-1], sent[0]):
+            for how in ({"params": {"after": resume}}, {"headers": {"Last-Event-ID": str(resume)}}):
+                with api.stream("GET", "/v1/stream", timeout=10, **how) as stream:
+                    assert stream.status_code == 200, (resume, stream.read())
+        # Past what was ever sent is still refused.
+        refused = api.get("/v1/stream", params={"after": sent[-1] + 1})
+        assert refused.status_code == 400 and refused.json()["code"] == "invalid_last_event_id"
+        # And what comes next is delivered to a reader resuming from the last id it had.
+        with api.stream("GET", "/v1/stream", params={"after": sent[-1]}, timeout=10) as stream:
+            new = api.post("/v1/runs", json={}).json()["runId"]
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    assert new in line
+                    break

@@ -145,3 +145,33 @@ def test_the_openapi_pattern_agrees_with_normalising(value: str) -> None:
     except ValueError:
         accepted = False
     assert bool(re.fullmatch(_pattern(), value)) is accepted
+
+
+def _lookalike(draw: st.DrawFn) -> str:
+    """An accepted spelling with some characters swapped for Unicode look-alikes or spaces."""
+    word = list(draw(st.sampled_from(ACCEPTED_INPUTS)))
+    swaps = {"k": "\u212a", "s": "\u017f", "i": "\u0130", "K": "\u212a", "_": "\uff3f"}
+    for position in draw(st.lists(st.integers(0, len(word) - 1), max_size=3)):
+        word[position] = swaps.get(word[position], word[position].upper())
+    pad = st.sampled_from(["", " ", "\t", "\n", "\r", "\xa0", "\u2003", "\u3000", "\x0b", "\x0c"])
+    return draw(pad) + "".join(word) + draw(pad)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.composite(_lookalike)() | st.text(max_size=20))
+def test_accepted_exactly_when_the_openapi_pattern_matches(value: str) -> None:
+    """A stop reason is accepted if and only if the published pattern (ASCII only) matches it."""
+    matches = re.fullmatch(ACCEPTED_PATTERN.removeprefix("^").removesuffix("$"), value) is not None
+    try:
+        normalise_stop_reason(value)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert accepted is matches, value
+
+
+@pytest.mark.parametrize("value", ["max_to\u212aens", "\xa0completed", "completed\u2003", "\u017ftop", "cancelled\x0b"])
+def test_unicode_lookalikes_and_spaces_are_refused(value: str) -> None:
+    """The Kelvin sign, the long s and non-ASCII spaces do not pass for their ASCII look-alikes."""
+    with pytest.raises(ValueError, match="unknown stop reason"):
+        normalise_stop_reason(value)

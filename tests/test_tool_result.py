@@ -194,3 +194,37 @@ def test_blank_text_blocks_are_left_out_of_the_joined_text() -> None:
     output = [text("a"), text("  \n"), {"type": "text", "text": 5}, {"type": "text"}, text("b")]
     assert only_text(tool_result("completed", output, None)) == "a\n\nb"
     assert only_text(tool_result("completed", [text(" ")], None)) == NO_TEXT_OUTPUT
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        ({"message": {"detail": "disk full", "ok": False}}, '{"detail":"disk full","ok":false}'),
+        ({"message": ["a", 1, None]}, '["a",1,null]'),
+        ({"message": True}, "true"),
+        ({"message": 0}, "0"),
+        (["quota", {"left": 0}], '["quota",{"left":0}]'),
+        (False, "false"),
+        (2.5, "2.5"),
+    ],
+)
+def test_non_string_errors_are_shown_as_json(error: Any, shown: str) -> None:
+    """A non-string error (or message) is rendered as JSON in the headline, never as a Python repr."""
+    headline = only_text(tool_result("error", [], error)).split("\n")[0]
+    assert headline.endswith(" Error: " + shown)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(NOT_COMPLETED),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(alphabet=" \t\r\n\x0b\x0c\x1c\u2028\u3000ab"),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["message", "code"]), inner, max_size=2),
+        max_leaves=6,
+    ),
+)
+def test_headline_never_ends_with_a_bare_error_label(stop_reason: str, error: Any) -> None:
+    """Whatever the error, the headline never ends in "Error: " with nothing after it, nor holds a repr."""
+    headline = only_text(tool_result(stop_reason, [], error)).split("\n")[0]
+    assert not headline.rstrip().endswith("Error:")
+    assert "None" not in headline and "True" not in headline and "False" not in headline

@@ -86,6 +86,10 @@ class InvalidUtf8(BadRequest):
     code = "invalid_utf8"
 
 
+class InvalidGzip(BadRequest):
+    code = "invalid_gzip"
+
+
 class TooDeeplyNested(BadRequest):
     code = "too_deeply_nested"
 
@@ -148,6 +152,10 @@ class RequestTimeout(LastwordError):
     status, code, title = 408, "header_timeout", "Request header timeout"
 
 
+class BodyTimeout(RequestTimeout):
+    code, title = "body_timeout", "Request body timeout"
+
+
 class Gone(LastwordError):
     status, code, title = 410, "run_deleted", "Gone"
 
@@ -206,6 +214,14 @@ class UnsupportedMedia(LastwordError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
 
 
+class UnsupportedCharset(UnsupportedMedia):
+    code = "unsupported_charset"
+
+
+class UnsupportedEncoding(UnsupportedMedia):
+    code = "unsupported_content_encoding"
+
+
 class Unprocessable(LastwordError):
     status, code, title = 422, "validation_error", "Invalid input"
 
@@ -216,6 +232,10 @@ class InvalidEvent(Unprocessable):
 
 class EmptyBatch(Unprocessable):
     code = "empty_batch"
+
+
+class NumberOutOfRange(Unprocessable):
+    code = "number_out_of_range"
 
 
 class UnstorableValue(Unprocessable):

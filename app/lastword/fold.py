@@ -62,8 +62,7 @@ def add_usage(total: dict[str, int], usage: Mapping[str, Any] | None) -> None:
     for name in USAGE_FIELDS:
         value = usage.get(name)
         if value:
-            # Saturates: a total past 64 bits could not be stored or serialised, and the
-            # turn could then never end.
+            # Saturates rather than fails: a turn must always be able to end.
             total[name] = min(total[name] + int(value), MAX_USAGE_TOTAL)
 
 

@@ -25,6 +25,7 @@ from starlette.routing import Match, Route
 from lastword import __version__
 from lastword.access import AccessControl
 from lastword.delivery import WebhookSender
+from lastword.head import HeadAsGet
 from lastword.logs import RequestLog
 from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
@@ -90,6 +91,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
                        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                               for route in request.app.router.routes)}
+            if "GET" in methods:
+                methods.add("HEAD")  # lastword.head answers HEAD wherever GET is served
             if methods:
                 response.headers["Allow"] = ", ".join(sorted(methods))
         return response
@@ -182,6 +185,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
+    app.add_middleware(HeadAsGet)  # innermost: access control and the log see HEAD as sent
     app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
     if settings.cors_origin_list:
         app.add_middleware(

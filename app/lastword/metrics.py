@@ -52,7 +52,7 @@ class Metrics:
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
         self.result_waiters = Gauge(
-            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends.",
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends (counted when scraped).",
             registry=self.registry,
         )
 

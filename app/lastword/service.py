@@ -132,6 +132,9 @@ class RunService:
     async def last_feed_id(self) -> int:
         return await self._store.last_feed_id()
 
+    async def highest_feed_id_issued(self) -> int:
+        return await self._store.highest_feed_id_issued()
+
     async def count_runs(self) -> dict[str, int]:
         return await self._store.count_runs()
 
@@ -259,7 +262,12 @@ class RunService:
         return run
 
     async def result(self, run_id: str, turn: int | None, wait: float) -> tuple[RunRecord, TurnRecord]:
-        """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end."""
+        """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end.
+
+        Without ``turn`` it is the turn current when the request arrived, for the whole wait:
+        when that turn ends and the next starts at once, the answer is the ended turn's, not
+        the new one's (which would have the reader wait on, or report, a turn it never asked for).
+        """
         deadline = time.monotonic() + wait
         signal = self._hub.turn_end_signal(run_id) if wait > 0 else None
         try:
@@ -268,13 +276,17 @@ class RunService:
                 if signal is not None:
                     signal.clear()
                 run, record = await self._store.turn_result(run_id, turn)
+                turn = record.turn
                 remaining = deadline - time.monotonic()
                 if record.ended or signal is None or remaining <= 0 or self._hub.draining:
                     return run, record
+                self._hub.parked_waiters += 1
                 try:
                     await asyncio.wait_for(signal.wait(), remaining)
                 except TimeoutError:
                     pass
+                finally:
+                    self._hub.parked_waiters -= 1
         finally:
             if signal is not None:
                 self._hub.release(run_id, signal)

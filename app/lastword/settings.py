@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="A client must send its request headers within this time (else 408)."
     )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="Longest pause between two pieces of a request body (else 408 body_timeout)."
+    )
     shutdown_grace_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long in-flight requests get to finish."
     )

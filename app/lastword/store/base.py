@@ -120,7 +120,16 @@ class Store(abc.ABC):
         """Lifecycle events of every run, in firehose order (``feed_id``)."""
 
     @abc.abstractmethod
-    async def last_feed_id(self) -> int: ...
+    async def last_feed_id(self) -> int:
+        """The highest firehose id in the feed now (0 when it is empty): where a new stream starts."""
+
+    @abc.abstractmethod
+    async def highest_feed_id_issued(self) -> int:
+        """The highest firehose id ever given out, whether or not retention deleted it since.
+
+        A resume point up to it is one the firehose may have sent; only beyond it is a resume
+        point "past the end".
+        """
 
     @abc.abstractmethod
     async def expired_runs(self, now: float) -> list[str]: ...

@@ -297,6 +297,12 @@ class PostgresStore(SqlStore):
             for row in rows:
                 copy.write_row(row)
 
+    def feed_ids_issued(self, tx: Tx) -> int:
+        # The identity's sequence is not transactional: it also counts ids of writers that have
+        # not committed yet (or rolled back), which is harmless for "was this id ever sent?".
+        row = tx.one("SELECT pg_sequence_last_value(pg_get_serial_sequence('feed', 'id')::regclass)")
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
     def before_feed_insert(self, tx: Tx) -> None:
         # Held until commit: feed ids become visible in the order they were handed out.
         tx.run("SELECT pg_advisory_xact_lock(?)", (self._feed_lock,))

@@ -30,7 +30,7 @@ from lastword.runstate import Change
 from lastword.stop_reasons import StopReason
 from lastword.store import outbox, reads, retention, writes
 from lastword.store.base import Store
-from lastword.store.folds import FoldCache, caught_up
+from lastword.store.folds import FoldCache, FoldSlot, caught_up
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
 
@@ -73,6 +73,11 @@ class SqlStore(Store):
 
     def before_feed_insert(self, tx: Tx) -> None:
         pass
+
+    def feed_ids_issued(self, tx: Tx) -> int:
+        # AUTOINCREMENT keeps the largest id ever used in sqlite_sequence, and never reuses one.
+        row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
@@ -198,6 +203,14 @@ class SqlStore(Store):
         slot = self.folds.slot(run_id, run.turn)
         with slot.lock:
             fold = caught_up(tx, slot, run)
+            ahead = fold.last_seq > run.last_seq
+            output, usage = fold.collect(), fold.usage
+        if ahead:
+            # A writer committed after this read took its view of the run: the shared fold
+            # holds events past ``run.last_seq``. The answer must reflect exactly the events up
+            # to it (a stream's snapshot is followed by the events after its id), so it is
+            # folded afresh from the log, up to that id.
+            fold = caught_up(tx, FoldSlot(), run)
             output, usage = fold.collect(), fold.usage
         return run, replace(record, output=output, usage=usage)
 
@@ -211,6 +224,13 @@ class SqlStore(Store):
 
     async def last_feed_id(self) -> int:
         return await self._read(reads.last_feed_id)
+
+    async def highest_feed_id_issued(self) -> int:
+        return await self._read(self._highest_feed_id_issued)
+
+    def _highest_feed_id_issued(self, tx: Tx) -> int:
+        # The id generator remembers ids whose rows retention has deleted; MAX(id) does not.
+        return max(reads.last_feed_id(tx), self.feed_ids_issued(tx))
 
     async def expired_runs(self, now: float) -> list[str]:
         return await self._read(reads.expired_runs, now)
