@@ -34,6 +34,7 @@ from lastword.schemas import (
     ToolResult,
     ChildrenJoin,
     DeliveryList,
+    TranscriptPage,
 )
 from lastword.limits import MAX_INT64
 from lastword.service import RunService
@@ -41,6 +42,7 @@ from lastword.records import AppendOutcome, RunStatus, TurnRecord
 from lastword.settings import Settings
 from lastword.strict_ints import DecimalDigits, parse_decimal
 from lastword.tool_result import tool_result
+from lastword.transcript import Format
 from lastword.stop_reasons import StopReason
 from lastword.views import delivery_view, logged_event_view, result_view, run_view, turn_summary_view
 
@@ -91,7 +93,7 @@ LimitQuery = Annotated[
     response_model=Run,
     response_model_exclude_unset=True,
     responses={200: {"model": Run, "description": "The run existed with the same body."},
-               **problems(400, 409, 413, 415, 422)},
+               **problems(400, 404, 409, 410, 413, 415, 422)},
     openapi_extra=json_body(RunCreate.model_json_schema(ref_template="#/components/schemas/{model}"), required=False),
 )
 async def create_run(request: Request, response: Response) -> dict[str, Any]:
@@ -360,6 +362,23 @@ async def get_events(
         "events": [logged_event_view(event) for event in events],
         "nextAfter": events[-1].seq if events else after,
     }
+
+
+@router.get(
+    "/runs/{runId}/messages",
+    response_model=TranscriptPage,
+    response_model_exclude_unset=True,
+    responses=problems(404, 410, 422),
+)
+async def get_messages(
+    request: Request,
+    runId: str,
+    format: Annotated[Format, Query(
+        description="anthropic: Messages API `messages`; openai: Chat Completions `messages`.")],
+    turn: TurnQuery = None,
+) -> dict[str, Any]:
+    """The provider-safe transcript: the run's history up to the end of ``turn``, ready to send."""
+    return (await service_of(request).messages(runId, format, turn)).as_json()
 
 
 def event_schema_components() -> dict[str, Any]:

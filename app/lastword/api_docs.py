@@ -157,6 +157,18 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
             {"seq": 2, "turn": 1, "receivedAt": "2026-11-30T14:00:01.000Z", "event": _CHUNK},
         ], "nextAfter": 2}),
     },
+    ("get", "/v1/runs/{runId}/messages"): {"response": ("200", "application/json", {
+        "format": "openai",
+        "messages": [
+            {"role": "assistant", "content": "Found three call sites of parse_config.", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "read_file", "arguments": '{"path":"app/config.py"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1",
+             "content": "The tool call was interrupted before it returned a result."},
+        ],
+        "omitted": [{"runId": _RUN["runId"], "seq": 11, "reason": "empty"}],
+        "inserted": [{"index": 1, "reason": "interrupted_tool_call", "toolCallId": "call_1"}],
+    })},
     ("get", "/v1/runs/{runId}/stream"): {"response": ("200", "text/event-stream", _SNAPSHOT)},
     ("get", "/v1/stream"): {"response": ("200", "text/event-stream", _FIREHOSE)},
     ("get", "/v1/runs/{runId}/deliveries"): {"response": ("200", "application/json", {"deliveries": [{

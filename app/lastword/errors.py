@@ -144,6 +144,10 @@ class TurnNotFound(NotFound):
     code = "turn_not_found"
 
 
+class ForkParentNotFound(NotFound):
+    code = "fork_parent_not_found"
+
+
 class MethodNotAllowed(LastwordError):
     status, code, title = 405, "method_not_allowed", "Method not allowed"
 
@@ -244,6 +248,10 @@ class UnstorableValue(Unprocessable):
 
 class InvalidWebhook(Unprocessable):
     code = "invalid_webhook"
+
+
+class ForkAfterSeqOutOfRange(Unprocessable):
+    code = "fork_after_seq_out_of_range"
 
 
 class HeadersTooLarge(LastwordError):

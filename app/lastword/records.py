@@ -30,6 +30,7 @@ class RunSpec:
     lease_seconds: float | None
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
     webhook: WebhookTarget | None = None
+    fork_of: tuple[str, int] | None = None  # (parent run id, afterSeq): SPEC §12 forks
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

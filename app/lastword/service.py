@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from lastword.errors import Conflict, NoticesUnavailable, NotFound
+from lastword.errors import Conflict, NoticesUnavailable, NotFound, TurnNotFound
 from lastword.fanout import Fanout
 from lastword.hub import Hub, Subscription
 from lastword.ids import new_run_id
@@ -35,11 +35,16 @@ from lastword.schemas import RunCreate
 from lastword.stop_reasons import StopReason
 from lastword.store.base import Store
 from lastword.webhooks import check_webhook
+from lastword.store import forks
+from lastword.transcript import Format, LoggedEvent, Transcript, transcript
 
 log = logging.getLogger("lastword")
 
 #: Runs deleted per retention transaction (short transactions keep writers waiting little).
 RETENTION_BATCH = 200
+HISTORY_PAGE = 5000
+#: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
+HISTORY_TYPES = frozenset(forks.HISTORY_TYPES)
 
 
 class RunService:
@@ -162,6 +167,10 @@ class RunService:
 
     async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
         body = request.model_dump()
+        for optional in ("forkOf", "selection"):
+            # Left out when not asked for, so runs made before they existed compare equal.
+            if body[optional] is None:
+                del body[optional]
         run_id = request.runId or new_run_id(self.clock())
         body["runId"] = run_id
         if body.get("webhook") is None:
@@ -170,6 +179,7 @@ class RunService:
         if request.webhook is not None:
             check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts)
             target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
+        fork = request.forkOf
         spec = RunSpec(
             run_id=run_id,
             parent_run_id=request.parentRunId,
@@ -179,6 +189,7 @@ class RunService:
             lease_seconds=request.leaseSeconds,
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
             webhook=target,
+            fork_of=None if fork is None else (fork.runId, fork.afterSeq),
         )
         run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)
@@ -333,6 +344,23 @@ class RunService:
 
     async def outbox_stats(self) -> tuple[int, float | None]:
         return await self._store.outbox_stats()
+
+    async def messages(self, run_id: str, format: Format, turn: int | None) -> Transcript:
+        """The run's provider-safe transcript, up to the end of ``turn`` (default: all of it)."""
+        run = await self._store.get_run(run_id)
+        if turn is not None and turn > run.turn:
+            raise TurnNotFound(f"run {run_id!r} has no turn {turn}", runId=run_id, turn=turn)
+        last = turn if turn is not None else run.turn
+        # A fork's history starts with what it inherited (SPEC §12), then its own events.
+        items = [LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in await self._store.inherited_events(run_id)]
+        after = 0
+        while True:
+            page = await self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)
+            items.extend(LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+            if len(page) < HISTORY_PAGE or page[-1].turn > last:
+                break
+            after = page[-1].seq
+        return transcript(items, format)
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from lastword.lifecycle import rfc3339
 from lastword.stop_reasons import is_error
 from lastword.records import Delivery, RunRecord, StoredEvent, TurnRecord
@@ -24,6 +26,9 @@ def run_view(run: RunRecord) -> dict[str, Any]:
         turn=run.turn,
         lastSeq=run.last_seq,
     )
+    if '"forkOf"' in run.canonical or '"selection"' in run.canonical:
+        asked = orjson.loads(run.canonical)
+        body.update({key: asked[key] for key in ("forkOf", "selection") if asked.get(key) is not None})
     if run.lease_expires_at is not None:
         body["leaseExpiresAt"] = rfc3339(run.lease_expires_at)
     body.update(createdAt=rfc3339(run.created_at), updatedAt=rfc3339(run.updated_at))

@@ -114,6 +114,11 @@ class Store(abc.ABC):
     ) -> list[StoredEvent]: ...
 
     @abc.abstractmethod
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        """A fork's inherited history in ``seq`` order, each event under the run and turn it was
+        logged in (``[]`` for a run that is not a fork)."""
+
+    @abc.abstractmethod
     async def feed_after(
         self, after: int, parent_run_id: str | None, limit: int
     ) -> list[StoredEvent]:

@@ -43,6 +43,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
 from lastword.notify import Notice
+from lastword.store import forks
 from lastword.store.migrations import upgrade_schema
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.sql import SqlStore
@@ -149,7 +150,7 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id)
 """
 
-MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -7,7 +7,7 @@ from lastword.store.tx import Tx
 #: The tables that hold a run's rows, children first. Its webhook deliveries go too, except
 #: pending ones, which stay (small) so that they are still made: an end is never dropped
 #: undelivered because its run aged out.
-RUN_TABLES = ("events", "turns", "feed", "webhooks", "runs")
+RUN_TABLES = ("events", "inherited_events", "turns", "feed", "webhooks", "runs")
 
 
 def delete_ended_runs(tx: Tx, ended_before: float, now: float, limit: int) -> list[str]:

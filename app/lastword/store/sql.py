@@ -28,7 +28,7 @@ from lastword.records import (
 )
 from lastword.runstate import Change
 from lastword.stop_reasons import StopReason
-from lastword.store import outbox, reads, retention, writes
+from lastword.store import forks, outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FoldCache, FoldSlot, caught_up
 from lastword.store.rows import EVENT_COLUMNS
@@ -102,9 +102,11 @@ class SqlStore(Store):
             return runstate.repeated_create(reads.run(tx, self, spec.run_id, lock=False), spec), False, []
         # A deleted run's id is not given out again: its old readers would mistake the new run.
         reads.refuse_deleted(tx, spec.run_id)
+        if spec.fork_of is not None:
+            forks.inherit(tx, spec.run_id, *spec.fork_of)
         if spec.webhook is not None:
             outbox.add_target(tx, spec.run_id, spec.webhook)
-        stored = writes.persist(tx, self, change, first_seq=1, now=now, new_run=True)
+        stored = writes.persist(tx, self, change, first_seq=change.run.last_seq, now=now, new_run=True)
         return replace(change.run, pk=pk), True, stored
 
     async def append(
@@ -218,6 +220,9 @@ class SqlStore(Store):
         self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
     ) -> list[StoredEvent]:
         return await self._read(reads.events_after, self, run_id, after, limit, types)
+
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        return await self._read(forks.inherited_events, run_id)
 
     async def feed_after(self, after: int, parent_run_id: str | None, limit: int) -> list[StoredEvent]:
         return await self._read(reads.feed_after, after, parent_run_id, limit)

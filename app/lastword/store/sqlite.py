@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
+from lastword.store import forks
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
 from lastword.store.tx import Tx, run_in
@@ -108,7 +109,7 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
 """
 
-MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.
