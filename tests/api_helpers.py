@@ -15,10 +15,17 @@ import httpx
 import pytest
 
 from lastword.settings import Settings
+from tests.builders import chunk, message, new_run, text
 from tests.conftest import BACKENDS, postgres_schema
 from tests.servers import threaded_server
 
 PROBLEM_JSON = "application/problem+json"
+
+# The builders live in tests/builders.py; these names stay importable from here for the test
+# modules (and branches) written against the old helpers. New tests import tests.builders.
+create = new_run
+__all__ = ["PROBLEM_JSON", "assert_problem", "chunk", "create", "ingested", "logged", "message", "of_type",
+           "result", "serving", "shared_api", "shared_base_url", "text"]
 
 
 @contextlib.contextmanager
