@@ -32,7 +32,11 @@ SCENARIOS = {
     "e": "bench.idle",
     "f": "bench.fold",
     "g": "bench.restart",
+<<<<<<< HEAD
+    "h": "bench.adapter",
+=======
     "h": "bench.loop_stall",
+>>>>>>> main
     "w": "bench.webhooks",
 }
 

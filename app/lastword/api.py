@@ -7,7 +7,7 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
@@ -21,8 +21,10 @@ from lastword.ingest import (
     storable_json,
     text_delta,
 )
+from lastword.provider_ingest import ingest_provider_stream
 from lastword.schemas import (
     AppendResult,
+    IngestResult,
     ChunkText,
     EndRequest,
     EventPage,
@@ -257,6 +259,41 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
         outcome = await append([text_delta(body.text, body.eventId)])
         return {"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq}
     raise UnsupportedMedia(f"expected text/plain or application/json, got {kind!r}")
+
+
+INGEST_BODY = {
+    "parameters": [
+        {"name": "Idempotency-Key", "in": "header", "required": False,
+         "schema": {"type": "string", "maxLength": 160, "pattern": "^[!-~]+$"},
+         "description": "Event ids are derived from it instead of the provider's ids (ACP has none)."},
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/event-stream": {"schema": {"type": "string", "description": "The provider's SSE body as received."}},
+            "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+            "application/x-ndjson": {"schema": {"type": "string", "description": "One provider event per line."}},
+        },
+    },
+}
+
+
+@router.post(
+    "/runs/{runId}/ingest/{format}",
+    response_model=IngestResult,
+    response_model_exclude_unset=True,
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
+    openapi_extra=INGEST_BODY,
+)
+async def ingest_provider(
+    request: Request,
+    runId: str,
+    format: Annotated[Literal["anthropic", "openai-responses", "acp"],
+                      Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP.")],
+    end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn.")] = False,
+) -> dict[str, Any]:
+    """Store a provider's own stream (one model call) as session events (SPEC §13)."""
+    return await ingest_provider_stream(request, service_of(request), settings_of(request), runId, format, end)
 
 
 @router.post(

@@ -102,6 +102,16 @@ _MESSAGE = {
                 "stopReason": "max_tokens"},
 }
 _APPENDED = {"accepted": 2, "duplicates": 0, "lastSeq": 9}
+#: A short Anthropic Messages stream (SPEC §13), as the provider sends it.
+_ANTHROPIC: list[dict[str, Any]] = [
+    {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                                          "content": [], "usage": {"input_tokens": 1200, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Found three call sites"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 4096}},
+    {"type": "message_stop"},
+]
 _SNAPSHOT = (
     f'id: 9\nevent: run/snapshot\ndata: {{"run": {{"runId": "{_RUN["runId"]}", "status": "running", "turn": 1}}, '
     '"result": {"status": "running", "output": []}}\n\n'
@@ -144,6 +154,15 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/runs/{runId}/close"): {
         "response": ("200", "application/json", {**_RUN, "mode": "continuable", "status": "ended",
                                                  "leaseExpiresAt": None, "lastSeq": 15}),
+    },
+    ("post", "/v1/runs/{runId}/ingest/{format}"): {
+        "request": {
+            "text/event-stream": "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in _ANTHROPIC),
+            "application/json": _ANTHROPIC,
+            "application/x-ndjson": "".join(json.dumps(e) + "\n" for e in _ANTHROPIC),
+        },
+        "response": ("200", "application/json", {"accepted": 3, "duplicates": 0, "lastSeq": 5,
+                                                 "stopReason": "max_tokens", "providerStopReason": "max_tokens"}),
     },
     ("get", "/v1/runs/{runId}/result"): {"response": ("200", "application/json", _RESULT)},
     ("get", "/v1/runs/{runId}/tool-result"): {

@@ -94,6 +94,10 @@ class TooDeeplyNested(BadRequest):
     code = "too_deeply_nested"
 
 
+class InvalidIdempotencyKey(BadRequest):
+    code = "invalid_idempotency_key"
+
+
 class InvalidCursor(BadRequest):
     code = "invalid_cursor"
 
@@ -232,6 +236,10 @@ class Unprocessable(LastwordError):
 
 class InvalidEvent(Unprocessable):
     code = "invalid_event"
+
+
+class InvalidProviderEvent(Unprocessable):
+    code = "invalid_provider_event"
 
 
 class EmptyBatch(Unprocessable):

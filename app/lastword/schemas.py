@@ -289,6 +289,17 @@ class AppendResult(_Answer):
     """The ``seq`` of the run's last event after this request."""
 
 
+class IngestResult(AppendResult):
+    """What ``POST …/ingest/{format}`` stored, and how the provider's stream stopped."""
+
+    stopReason: str | None = Field(
+        None, description="The stream's stop reason (SPEC §6), when it is terminal; absent when the turn stays open."
+    )
+    providerStopReason: str | None = Field(
+        None, description="The provider's own word for the stop (tool_use, max_output_tokens, …), when it gave one."
+    )
+
+
 class LoggedEvent(_Answer):
     """One entry of a run's durable log."""
 
