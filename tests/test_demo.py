@@ -44,6 +44,29 @@ EXPECTED: dict[str, tuple[str, list[dict[str, Any]], tuple[int, int]]] = {
         [{"type": "text", "text": "The build fails because the lockfile pins an old resolver."}],
         (900, 25),
     ),
+    # The same failure, told in the providers' own streams (SPEC §13).
+    "anthropic-max-tokens": (
+        "max_tokens",
+        [
+            {"type": "text", "text": PARTIAL},
+            {"type": "tool_call", "id": "toolu_1", "name": "read_file", "input": {"path": "app/config.py"}},
+        ],
+        (1200 + 1400, 85 + 4096),
+    ),
+    "openai-incomplete": (
+        "max_tokens",
+        [
+            {"type": "text", "text": PARTIAL},
+            {"type": "tool_call", "id": "call_1", "name": "read_file", "input": {"path": "app/config.py"}},
+        ],
+        (1000 + 1200, 85 + 4096),  # uncached input: 200 of each were cached
+    ),
+    "acp-cancelled": (
+        "cancelled",
+        [{"type": "text",
+          "text": "Draft summary: the migration touches 4 tables and needs a backfill for users.email"}],
+        (0, 0),
+    ),
 }
 
 
@@ -121,9 +144,10 @@ def test_demo_creates_a_run_id_it_is_given(api: httpx.Client, base_url: str) -> 
 
 
 def test_demo_failures_are_reported_without_a_traceback(api: httpx.Client, base_url: str) -> None:
-    """An unreachable service or a refused request ends the command with a message and exit 1."""
+    """An unreachable service (exit 4) or a refused request (exit 1) ends the command with a
+    one-line message."""
     unreachable = lastword("demo", "completed", "--url", f"http://127.0.0.1:{free_port()}")
-    assert unreachable.returncode == 1
+    assert unreachable.returncode == 4
     assert "cannot reach" in unreachable.stderr and "Traceback" not in unreachable.stderr
 
     demo("completed", base_url, "--run-id", "over-1")

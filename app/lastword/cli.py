@@ -1,8 +1,11 @@
 """The ``lastword`` command.
 
 ``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
-client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``demo``
-plays a scripted child.
+client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``audit``
+reports what its runs' transcripts had to repair; ``demo`` plays a scripted child.
+
+A refusal by the service or a service that cannot be reached is one line on stderr and an
+exit status (see ``EXIT_STATUSES``), never a traceback: the command is used from scripts.
 """
 
 from __future__ import annotations
@@ -17,9 +20,26 @@ import signal
 import sys
 from typing import Any, cast
 
-from lastword.client import LastwordClient
+import httpx
 
+from lastword import __version__
+from lastword.client import LastwordAPIError, LastwordClient
 from lastword.settings import Settings
+
+#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means.
+EXIT_STATUSES = {
+    0: "done",
+    1: "the service refused the request (the line says its status and problem code)",
+    2: "bad command line or input",
+    3: "result --tool: the turn is still running",
+    4: "the service cannot be reached",
+    130: "interrupted",
+}
+REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
+#: Requests are retried a few times only: a command says soon that the service is not there.
+CLI_RETRIES = 2
+#: A ``tail`` that was following a stream waits out a server restart of any length.
+TAIL_RECONNECTS = 1_000_000
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -55,29 +75,50 @@ def _demo(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    import httpx
-
     try:
         run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
     except httpx.HTTPStatusError as error:
         detail = error.response.text.strip() or error.response.reason_phrase
         print(f"lastword demo: {error.request.method} {error.request.url} answered "
               f"{error.response.status_code}: {detail}", file=sys.stderr)
-        return 1
-    except httpx.HTTPError as error:
-        print(f"lastword demo: cannot reach {args.url}: {error}", file=sys.stderr)
-        return 1
+        return REFUSED
     print(run_id)
     return 0
 
 
-def _client(args: argparse.Namespace) -> LastwordClient:
-    return LastwordClient(args.url, token=args.token)
+def _audit(args: argparse.Namespace) -> int:
+    import time
+
+    from lastword.audit import audit_runs, report_lines
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
+            audits = audit_runs(client, since_hours=args.since, now=time.time())
+    except httpx.HTTPStatusError as error:
+        print(f"lastword audit: {error.request.method} {error.request.url} answered "
+              f"{error.response.status_code}: {error.response.text.strip()}", file=sys.stderr)
+        return REFUSED
+    if args.json:
+        print(json.dumps([
+            {"runId": a.run_id, "agent": a.agent, "status": a.status,
+             "formats": {name: {"omitted": dict(t.omitted), "inserted": dict(t.inserted)}
+                         for name, t in a.formats.items()}}
+            for a in audits
+        ], indent=2))
+        return 0
+    for line in report_lines(audits, args.since):
+        print(line)
+    return 0
+
+
+def _client(args: argparse.Namespace, reconnects: int | None = None) -> LastwordClient:
+    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects)
 
 
 def _tail(args: argparse.Namespace) -> int:
     out = sys.stdout
-    with _client(args) as client:
+    with _client(args, reconnects=TAIL_RECONNECTS) as client:
         if args.run is None:
             messages = client.stream_all(parent_run_id=args.parent)
         else:
@@ -101,7 +142,7 @@ def _tail(args: argparse.Namespace) -> int:
                     out.write(f"[{data['runId']}] closed\n")
                 out.flush()
         except KeyboardInterrupt:
-            return 130
+            return INTERRUPTED
     return 0
 
 
@@ -166,7 +207,12 @@ def _add_remote(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lastword", description="Keeps a subagent's last word.")
+    parser = argparse.ArgumentParser(
+        prog="lastword",
+        description="Keeps a subagent's last word.",
+        epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"lastword {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
@@ -229,12 +275,45 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--batch", type=int, default=1000, help="events per request (default 1000)")
     _add_remote(push)
     push.set_defaults(handler=_push)
+
+    audit = commands.add_parser(
+        "audit",
+        help="report what the provider-safe transcript had to omit or repair, per run",
+        description="Read the runs created in the last HOURS through the API and report, per run and "
+        "format, what GET /v1/runs/{id}/messages left out (empty messages, blank text, unsigned "
+        "reasoning, unknown results, ...) and what it added (answers to interrupted tool calls, ...).",
+        epilog="example: lastword audit --url http://127.0.0.1:8000 --since 6",
+    )
+    audit.add_argument("--since", type=float, default=24.0, metavar="HOURS",
+                       help="audit runs created in the last HOURS hours (default 24)")
+    audit.add_argument("--json", action="store_true", help="print the counts as JSON instead")
+    _add_remote(audit)
+    audit.set_defaults(handler=_audit)
     return parser
+
+
+def _problem_line(error: LastwordAPIError) -> str:
+    detail = error.problem.get("detail") or error.problem.get("title") or ""
+    return f"{error.status} {error.code}" + (f": {detail}" if detail else "")
+
+
+def _unreachable_line(url: str, error: httpx.TransportError) -> str:
+    reason = str(error) or type(error).__name__
+    return f"cannot reach the service at {url}: {reason}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except LastwordAPIError as error:
+        print(f"lastword {args.command}: {_problem_line(error)}", file=sys.stderr)
+        return REFUSED
+    except httpx.TransportError as error:
+        print(f"lastword {args.command}: {_unreachable_line(args.url, error)}", file=sys.stderr)
+        return UNREACHABLE
+    except KeyboardInterrupt:
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

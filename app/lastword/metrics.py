@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter as Tally
-from collections.abc import Sequence
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from lastword.store.base import AppendOutcome
@@ -36,25 +32,45 @@ class Metrics:
         self.runs_deleted = Counter(
             "lastword_runs_deleted", "Ended runs deleted by retention.", registry=self.registry
         )
+        self.webhook_deliveries = Counter(
+            "lastword_webhook_deliveries", "Webhook deliveries finished, by outcome (delivered, failed).",
+            ["outcome"], registry=self.registry,
+        )
+        self.webhook_attempts = Counter(
+            "lastword_webhook_attempts", "Webhook attempts, by result (ok, http_error, network_error).",
+            ["result"], registry=self.registry,
+        )
+        self.outbox_depth = Gauge(
+            "lastword_webhook_outbox_pending", "Webhook deliveries pending (counted when scraped).",
+            registry=self.registry,
+        )
+        self.outbox_oldest_age = Gauge(
+            "lastword_webhook_outbox_oldest_seconds", "Age of the oldest pending delivery (0 when none).",
+            registry=self.registry,
+        )
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
         self.result_waiters = Gauge(
-            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends.",
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends (counted when scraped).",
             registry=self.registry,
         )
 
-    def observe_ingest(self, events: Sequence[dict[str, Any]], outcome: AppendOutcome, seconds: float) -> None:
+    def observe_ingest(self, outcome: AppendOutcome, seconds: float) -> None:
         self.ingest_seconds.observe(seconds)
         if outcome.duplicates:
             self.duplicates.inc(outcome.duplicates)
-        if outcome.accepted:
-            for kind, count in Tally(event["type"] for event in events).items():
-                self.events_ingested.labels(kind).inc(count)
+        # Only what was stored: a retried event is counted once, in ``duplicates``.
+        for kind, count in outcome.accepted_types.items():
+            self.events_ingested.labels(kind).inc(count)
 
     def count_runs(self, by_status: dict[str, int]) -> None:
         for status in ("running", "idle", "ended"):
             self.runs.labels(status).set(by_status.get(status, 0))
+
+    def count_outbox(self, pending: int, oldest_created_at: float | None, now: float) -> None:
+        self.outbox_depth.set(pending)
+        self.outbox_oldest_age.set(0 if oldest_created_at is None else max(0.0, now - oldest_created_at))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
