@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lastword.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
-from tests.api_helpers import assert_problem, create, logged, serving
+from tests.api_helpers import assert_problem, logged, serving
+from tests.builders import create_run
 from tests.conftest import BACKENDS
 from tests.servers import threaded_server
 
@@ -68,7 +69,7 @@ def exact(value: Any) -> bool:
 def test_any_block_value_round_trips_exactly(numbers_api: httpx.Client, value: Any, ascii_only: bool) -> None:
     """A block holding any JSON value comes back from the log, the result and subagent/end
     byte-for-byte equal once parsed, or (an integer beyond 64 bits) is refused: never changed."""
-    run_id = create(numbers_api)["runId"]
+    run_id = create_run(numbers_api)
     block = {"type": "x-num", "v": value}
     sent = json.dumps({"type": "assistant/message", "message": {"content": [{"type": "text", "text": "t"}, block]}},
                       ensure_ascii=ascii_only)
@@ -101,7 +102,7 @@ def test_integers_that_cannot_be_kept_are_refused_naming_index_and_path(
     numbers_api: httpx.Client, big: int, position: int, ndjson: bool
 ) -> None:
     """An integer outside [-2**63, 2**64-1] in any event of a batch: 422 with its index and path; nothing stored."""
-    run_id = create(numbers_api)["runId"]
+    run_id = create_run(numbers_api)
     events: list[Any] = [{"type": "assistant/chunk", "delta": {"type": "text", "text": f"{i}"}} for i in range(4)]
     events[position] = {"type": "assistant/message",
                         "message": {"content": [{"type": "text", "text": "a"}, {"type": "x-num", "v": [1, {"n": big}]}]}}
@@ -121,7 +122,7 @@ def test_out_of_range_integers_elsewhere_are_refused(numbers_api: httpx.Client) 
     refused = numbers_api.post("/v1/runs", content=b'{"metadata": {"n": 18446744073709551617}}',
                                headers={"content-type": "application/json"})
     assert assert_problem(refused, 422, "number_out_of_range")["field"] == "metadata.n"
-    run_id = create(numbers_api, metadata={"n": MAX_EXACT_INT})["runId"]
+    run_id = create_run(numbers_api, metadata={"n": MAX_EXACT_INT})
     assert json.loads(numbers_api.get(f"/v1/runs/{run_id}").text)["metadata"] == {"n": MAX_EXACT_INT}
     refused = numbers_api.post(f"/v1/runs/{run_id}/end", headers={"content-type": "application/json"},
                                content=b'{"stopReason": "error", "error": {"code": -9223372036854775809}}')
@@ -157,7 +158,7 @@ def test_ndjson_is_not_cut_by_the_batch_limit_however_it_arrives(backend: str, t
                                           [rng.randint(1, 3_000) for _ in range(400)]]
         for lines in (5_000, 20_000):
             for split in splits:
-                run_id = create(api)["runId"]
+                run_id = create_run(api)
                 body = b"".join(b'{"type":"assistant/chunk","delta":{"type":"text","text":"%d "}}\n' % i
                                 for i in range(lines))
                 content: bytes | Iterator[bytes] = body if split is None else _pieces(body, split)
@@ -166,7 +167,7 @@ def test_ndjson_is_not_cut_by_the_batch_limit_however_it_arrives(backend: str, t
                 assert answer.status_code == 200, (lines, answer.text[:300])
                 assert answer.json()["accepted"] == lines
                 assert answer.json()["lastSeq"] == lines + 1
-        run_id = create(api)["runId"]
+        run_id = create_run(api)
         chunk = {"type": "assistant/chunk", "delta": {"type": "text", "text": "x"}}
         problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", json=[chunk] * 501), 413, "batch_too_large")
         assert problem["limit"] == 500

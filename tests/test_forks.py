@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 
 from tests.api_helpers import assert_problem, chunk, create, logged, message, shared_api, shared_base_url
-from tests.test_retention import RETENTION_HOURS, _wait_gone
+from tests.clock import ManualClock
+from tests.test_retention import RETENTION_HOURS, _pass, _retention_settings
 from tests.servers import threaded_server
 from tests.transcript_checks import CHECKS
 
@@ -165,15 +166,17 @@ def test_repeated_fork_create_is_idempotent(shared_api: httpx.Client) -> None:
 def test_fork_keeps_its_history_when_the_parent_is_deleted(make_settings: Any) -> None:
     """Retention deleting the parent leaves the fork's inherited history whole; forking the
     deleted parent is 404."""
-    settings = make_settings(retention_hours=RETENTION_HOURS, retention_interval_seconds=0.2, lease_seconds=0)
-    with threaded_server(settings) as url, httpx.Client(base_url=url) as api:
+    clock = ManualClock()
+    settings = _retention_settings(make_settings, lease_seconds=0)
+    with threaded_server(settings, clock) as url, httpx.Client(base_url=url) as api:
         parent = create(api)["runId"]
         boundary = push(api, parent, ask("q"), message("a"), message())
         child = fork(api, parent, boundary)["runId"]
         push(api, child, ask("fork q"))
         before = api.get(f"/v1/runs/{child}/messages", params={"format": "anthropic"}).json()
         api.post(f"/v1/runs/{parent}/end", json={"stopReason": "completed"}).raise_for_status()
-        assert _wait_gone(api, parent).status_code == 410
+        _pass(clock, RETENTION_HOURS * 3600 + 10)
+        assert api.get(f"/v1/runs/{parent}").status_code == 410
         after = api.get(f"/v1/runs/{child}/messages", params={"format": "anthropic"}).json()
         assert after == before
         assert [m["role"] for m in after["messages"]] == ["user", "assistant", "user"]
@@ -182,7 +185,8 @@ def test_fork_keeps_its_history_when_the_parent_is_deleted(make_settings: Any) -
         assert_problem(answer, 404, "fork_parent_not_found")
         # Deleting the fork takes its inherited rows too: nothing of it is left to read.
         api.post(f"/v1/runs/{child}/end", json={"stopReason": "completed"}).raise_for_status()
-        assert _wait_gone(api, child).status_code == 410
+        _pass(clock, RETENTION_HOURS * 3600 + 10)
+        assert api.get(f"/v1/runs/{child}").status_code == 410
         assert api.get(f"/v1/runs/{child}/messages", params={"format": "openai"}).status_code == 410
 
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from lastword.openapi import DOCUMENT
-from tests.api_helpers import create, shared_api, shared_base_url  # noqa: F401
+from tests.api_helpers import shared_api, shared_base_url  # noqa: F401
+from tests.builders import create_run
 
 GET_PATHS = [path for path, operations in json.loads(Path(DOCUMENT).read_text())["paths"].items() if "get" in operations]
 #: Headers a HEAD answer must share with the GET answer (RFC 9110 §9.3.2).
@@ -24,7 +25,7 @@ SAME = ("content-type", "cache-control")
 @pytest.mark.parametrize("path", GET_PATHS)
 def test_head_answers_like_get_without_a_body(shared_api: httpx.Client, path: str) -> None:
     """HEAD has GET's status and headers (Content-Length too, where it is fixed) and an empty body."""
-    run_id = create(shared_api)["runId"]
+    run_id = create_run(shared_api)
     shared_api.post(f"/v1/runs/{run_id}/end", json={"stopReason": "completed"}).raise_for_status()
     url = path.replace("{runId}", run_id)
     started = time.monotonic()

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lastword import stop_reasons
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, WIRE_VALUES, is_error, normalise_stop_reason
 
 # Written out from SPEC §6 rather than imported, so that the module is checked against the contract.
@@ -106,6 +107,44 @@ def test_normalising_is_idempotent(value: str) -> None:
 def test_is_error_unless_completed(value: str) -> None:
     """isError is stopReason != completed: max_tokens and cancelled are errors too."""
     assert is_error(value) is (value != "completed")
+
+
+def test_the_refusal_names_the_value_and_what_is_accepted() -> None:
+    """The error says which value was refused and lists the wire values."""
+    with pytest.raises(ValueError) as caught:
+        normalise_stop_reason("done")
+    assert str(caught.value) == (
+        "unknown stop reason 'done'; expected one of completed, max_tokens, max_turns, refusal, "
+        "cancelled, error, timeout or a known alias"
+    )
+
+
+def _pattern() -> str:
+    """The OpenAPI ``pattern`` for stopReason, built afresh (it is built once at import)."""
+    return stop_reasons._accepted_pattern()
+
+
+@pytest.mark.parametrize(("value", "wire"), [(w, w) for w in WIRE] + sorted(ALIASES.items()))
+def test_the_openapi_pattern_matches_every_accepted_spelling(value: str, wire: str) -> None:
+    """The pattern published for stopReason accepts each spelling that normalises, padded too."""
+    for spelling in [*_spellings(value), f" \t{value}\r\n"]:
+        assert re.fullmatch(_pattern(), spelling), spelling
+    assert _pattern() == ACCEPTED_PATTERN
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=st.sampled_from("abcdeilmnorstuvwx_- \tAB"), max_size=20),
+    st.sampled_from([*WIRE, *ALIASES]).map(lambda word: word[:-1] + "?" + word[-1:]),
+))
+def test_the_openapi_pattern_agrees_with_normalising(value: str) -> None:
+    """For any ASCII string, the pattern matches exactly when normalise_stop_reason accepts it."""
+    try:
+        normalise_stop_reason(value)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert bool(re.fullmatch(_pattern(), value)) is accepted
 
 
 def _lookalike(draw: st.DrawFn) -> str:

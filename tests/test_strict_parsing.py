@@ -12,14 +12,15 @@ import base64
 import httpx
 import pytest
 
-from tests.api_helpers import assert_problem, chunk, create, shared_api, shared_base_url  # noqa: F401
+from tests.api_helpers import assert_problem, shared_api, shared_base_url  # noqa: F401
+from tests.builders import chunk, create_run, new_run
 
 # Each would be read as an id the run below really has (30 or 3) by a lax parser.
 LAX_SPELLINGS = ["3_0", "+30", "30.0", "0x1e", "3\u0660"]
 
 
 def _run_with_forty_events(api: httpx.Client) -> str:
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     assert api.post(f"/v1/runs/{run_id}/events", json=[chunk(str(i)) for i in range(40)]).status_code == 200
     return str(run_id)
 
@@ -63,7 +64,7 @@ def _encoded(text: str) -> str:
 def test_cursor_is_only_the_spelling_given_out(shared_api: httpx.Client) -> None:
     """A cursor that decodes to the same key but was spelled otherwise is 400 invalid_cursor."""
     for _ in range(3):
-        create(shared_api)
+        new_run(shared_api)
     given = shared_api.get("/v1/runs", params={"limit": 1}).json()["nextCursor"]
     pk = base64.urlsafe_b64decode(given + "=" * (-len(given) % 4)).decode()
     assert shared_api.get("/v1/runs", params={"limit": 1, "cursor": given}).status_code == 200

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -116,7 +116,9 @@ async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecor
     return (await service.result(run_id, turn, 0))[1]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
+    """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
+    timestamps and retention are reckoned by: tests pass one they advance themselves."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -130,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
-                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts))
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts), clock=clock)
         sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                max_attempts=settings.webhook_max_attempts,
                                timeout_seconds=settings.webhook_timeout_seconds)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -171,8 +173,9 @@ class LastwordServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it)."""
+def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it);
+    ``clock`` is handed to :func:`create_app`."""
     protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds,
                                                            "body_deadline": settings.body_timeout_seconds})
     options: dict[str, Any] = {
@@ -186,4 +189,4 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
         "lifespan": "on",
     }
     options.update(overrides)
-    return uvicorn.Config(create_app(settings), **options)
+    return uvicorn.Config(create_app(settings, clock=clock), **options)

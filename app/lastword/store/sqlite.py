@@ -121,7 +121,7 @@ def enable_wal(connection: sqlite3.Connection) -> None:
 
     Switching a new file's journal needs a lock that SQLite does not wait for with the busy
     handler: processes starting together on a new file got "database is locked" here at once
-    (tests/test_store_contract.py). So this waits by itself, up to ``BUSY_SECONDS``.
+    (tests/store_contract.py). So this waits by itself, up to ``BUSY_SECONDS``.
     """
     deadline = time.monotonic() + BUSY_SECONDS
     while True:
