@@ -26,10 +26,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from lastword.errors import LastwordError, Unavailable
 from lastword.store.tx import Holds, Tx
+
+T = TypeVar("T")
 
 #: Most writes one transaction takes; past it the rest wait for the next commit.
 MAX_BATCH = 512
@@ -70,12 +72,12 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    async def submit(self, work: Callable[[Tx], Any]) -> Any:
+    async def submit(self, work: Callable[[Tx], T]) -> T:
         """Run ``work(tx)`` in the next batch; its result once that batch has committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put(Job(work, loop, future))
-        return await future
+        return cast(T, await future)
 
     def close(self) -> None:
         self._queue.put(None)
