@@ -94,6 +94,10 @@ class ServerProcess:
             self.process.wait(timeout=10)
         self._reap()
 
+    def close(self) -> None:
+        """Stop it (for ``contextlib.closing``)."""
+        self.stop()
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

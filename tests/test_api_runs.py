@@ -231,6 +231,62 @@ def test_list_refuses_a_bad_cursor(shared_api: httpx.Client, cursor: str) -> Non
     assert_problem(shared_api.get("/v1/runs", params={"cursor": cursor}), 400, "invalid_cursor")
 
 
+def test_list_filters_by_the_latest_turns_stop_reason(api: httpx.Client) -> None:
+    """stopReason keeps runs whose latest turn ended with it (aliases were normalised at the end);
+    a run whose latest turn is open, or ended otherwise, is left out, and paging keeps the filter."""
+    create(api, runId="t1")
+    create(api, runId="t2")
+    create(api, runId="c1")
+    create(api, runId="open")
+    create(api, runId="again", mode="continuable")
+    assert end(api, "t1", "max_output_tokens").status_code == 200
+    assert end(api, "t2", "length").status_code == 200
+    assert end(api, "c1", "canceled").status_code == 200
+    assert end(api, "again", "max_tokens").status_code == 200
+    assert api.post("/v1/runs/again/turns").status_code == 201  # its latest turn is open now
+
+    def ids(**params: Any) -> list[str]:
+        response = api.get("/v1/runs", params=params)
+        assert response.status_code == 200, response.text
+        return [run["runId"] for run in response.json()["runs"]]
+
+    assert ids(stopReason="max_tokens") == ["t2", "t1"]
+    assert ids(stopReason="cancelled") == ["c1"]
+    assert ids(stopReason="completed") == []
+    assert ids(stopReason="max_tokens", status="running") == []
+    first = api.get("/v1/runs", params={"stopReason": "max_tokens", "limit": 1}).json()
+    assert [run["runId"] for run in first["runs"]] == ["t2"]
+    assert ids(stopReason="max_tokens", limit=1, cursor=first["nextCursor"]) == ["t1"]
+
+
+def test_list_includes_each_runs_latest_turn_on_request(api: httpx.Client) -> None:
+    """include=result adds the latest turn without its output: stop reason, isError, usage and
+    error of an ended turn; an open turn says running and gives no usage; without it, no result."""
+    create(api, runId="done")
+    usage = {"inputTokens": 7, "outputTokens": 3}
+    assert api.post("/v1/runs/done/events", json=[message("partial", usage=usage)]).status_code == 200
+    assert api.post("/v1/runs/done/end", json={"stopReason": "error", "error": {"message": "boom"}}).status_code == 200
+    create(api, runId="busy")
+    assert api.post("/v1/runs/busy/events", json=[chunk("streaming")]).status_code == 200
+
+    runs = {run["runId"]: run for run in api.get("/v1/runs", params={"include": "result"}).json()["runs"]}
+    done = runs["done"]["result"]
+    assert done["turn"] == 1 and done["status"] == "ended" and done["stopReason"] == "error"
+    assert done["isError"] is True and done["error"] == {"message": "boom"}
+    assert done["usage"] == {**usage, "cacheReadTokens": 0, "cacheWriteTokens": 0}
+    assert done["endedAt"] and done["startedAt"] and "output" not in done
+    busy = runs["busy"]["result"]
+    assert busy == {"runId": "busy", "turn": 1, "status": "running", "isError": False,
+                    "startedAt": busy["startedAt"]}
+    assert all("result" not in run for run in api.get("/v1/runs").json()["runs"])
+
+
+@pytest.mark.parametrize("params", [{"stopReason": "length"}, {"stopReason": "nope"}, {"include": "output"}])
+def test_list_refuses_a_stop_reason_or_include_it_does_not_know(shared_api: httpx.Client, params: dict[str, Any]) -> None:
+    """stopReason takes the wire values only (the list shows normalised reasons); include only 'result'."""
+    assert_problem(shared_api.get("/v1/runs", params=params), 422, "validation_error")
+
+
 @pytest.mark.parametrize("params", [{"status": "sleeping"}, {"limit": 0}, {"limit": -1}, {"limit": "many"}])
 def test_list_refuses_bad_parameters(shared_api: httpx.Client, params: dict[str, Any]) -> None:
     """An unknown status or a limit out of range is a 422 problem."""

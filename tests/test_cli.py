@@ -1,13 +1,21 @@
-"""The lastword command against a real server: push, result, tail and --help."""
+"""The lastword command against a real server: push, result, tail, --help, errors, restarts."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+
+from lastword import __version__
+from tests.servers import ServerProcess, free_port
+
+REPO = Path(__file__).resolve().parents[1]
 
 COMMANDS = ["serve", "demo", "tail", "result", "push"]
 
@@ -70,3 +78,96 @@ def test_tail_follows_a_run_to_its_end(api: httpx.Client, base_url: str) -> None
     assert process.returncode == 0, err
     assert "Hello, world" in out.decode()
     assert f"[{run}] end turn 1: max_tokens" in out.decode()
+
+
+def test_version() -> None:
+    """--version prints the package version."""
+    shown = lastword("--version")
+    assert shown.returncode == 0
+    assert shown.stdout.decode().strip() == f"lastword {__version__}"
+
+
+def one_line_error(process: subprocess.CompletedProcess[bytes]) -> str:
+    """The command's stderr, checked to be one line and no traceback."""
+    err = process.stderr.decode()
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_refusals_are_one_line_and_exit_1(api: httpx.Client, base_url: str) -> None:
+    """A 404 (result, tail of an unknown run) or a 409 (push into an ended turn) is one line on
+    stderr naming the status and code, and exit status 1."""
+    for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["tail", "no-such-run"],
+                    ["push", "no-such-run", "--text"]):
+        refused = lastword(*command, "--url", base_url, stdin=b"x")
+        assert refused.returncode == 1, command
+        assert one_line_error(refused).startswith(f"lastword {command[0]}: 404 run_not_found"), command
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "cancelled"}).raise_for_status()
+    event = json.dumps({"type": "assistant/chunk", "delta": {"type": "text", "text": "late"}}).encode()
+    for command, stdin in ((["push", run], event), (["push", run, "--text"], b"late")):
+        refused = lastword(*command, "--url", base_url, stdin=stdin)
+        assert refused.returncode == 1, command
+        assert one_line_error(refused).startswith(f"lastword push: 409 run_ended"), command
+
+
+@pytest.mark.parametrize("command", [["result", "r1"], ["result", "r1", "--wait", "5"], ["tail"], ["tail", "r1"],
+                                     ["push", "r1"], ["push", "r1", "--text"]])
+def test_a_service_that_is_not_there_is_one_line_and_exit_4(command: list[str]) -> None:
+    """Connection refused: one line saying the service cannot be reached, exit status 4."""
+    url = f"http://127.0.0.1:{free_port()}"
+    refused = lastword(*command, "--url", url, stdin=b"{}")
+    assert refused.returncode == 4
+    assert one_line_error(refused).startswith(f"lastword {command[0]}: cannot reach the service at {url}")
+
+
+@pytest.fixture
+def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
+    env = {"LASTWORD_DATABASE_URL": f"sqlite:///{tmp_path / 'lastword.db'}", "LASTWORD_LOG_LEVEL": "warning",
+           "LASTWORD_KEEPALIVE_SECONDS": "1"}
+    process = ServerProcess(env, cwd=REPO).start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+#: Longer than a client's default reconnect budget (5 retries, at most about 11 s of pauses):
+#: a tail must wait out a restart however long it takes.
+LONG_OUTAGE_SECONDS = 12.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["stop", "kill", "kill-long"])
+def test_tail_resumes_across_a_server_restart(server_process: ServerProcess, how: str) -> None:
+    """tail RUN keeps following when the server is stopped (SIGTERM, or kill -9, briefly or for
+    longer than a client's retries last) and started again: what follows is printed once, then
+    the end."""
+    with httpx.Client(base_url=server_process.url, timeout=30) as api:
+        run = api.post("/v1/runs", json={"agent": "restarted"}).json()["runId"]
+        api.post(f"/v1/runs/{run}/chunks", json={"text": "before "}).raise_for_status()
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", server_process.url],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        assert run in process.stdout.readline().decode()  # the snapshot line: the stream is open
+        with httpx.Client(base_url=server_process.url, timeout=30) as api:
+            api.post(f"/v1/runs/{run}/chunks", json={"text": "during "}).raise_for_status()
+        assert process.stdout.read(len("during ")) == b"during "  # tail has had it before the stop
+        server_process.stop() if how == "stop" else server_process.kill()
+        if how == "kill-long":
+            time.sleep(LONG_OUTAGE_SECONDS)  # the outage's length is the point, not a synchronisation
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        server_process.start()
+        with httpx.Client(base_url=server_process.url, timeout=30) as api:
+            api.post(f"/v1/runs/{run}/chunks", json={"text": "after"}).raise_for_status()
+            api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err.decode()
+    assert out.decode() == f"after\n[{run}] end turn 1: completed\n"

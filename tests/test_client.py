@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -145,3 +147,123 @@ def test_async_client_matches_the_sync_one(base_url: str) -> None:
             return [message.event async for message in client.stream(run.runId, after=0)]
 
     assert anyio.run(main) == ["subagent/start", "subagent/end"]
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(member) for name, member in vars(cls).items()
+            if callable(member) and not name.startswith("_")}
+
+
+def test_both_clients_have_the_same_public_methods() -> None:
+    """Every public method of one client exists in the other with the same parameters and
+    answer; only closing differs in name (close / aclose)."""
+    sync, asynchronous = _public_methods(LastwordClient), _public_methods(AsyncLastwordClient)
+    sync["aclose"] = sync.pop("close")
+    assert sorted(sync) == sorted(asynchronous)
+    for name, signature in sync.items():
+        other = asynchronous[name]
+        assert list(signature.parameters.values()) == list(other.parameters.values()), name
+        # The async stream methods are async generators: AsyncIterator where the sync has Iterator.
+        assert str(signature.return_annotation).replace("Iterator", "AsyncIterator") == str(
+            other.return_annotation).replace("AsyncAsyncIterator", "AsyncIterator"), name
+    for name in ("stream", "stream_all"):
+        assert inspect.isasyncgenfunction(getattr(AsyncLastwordClient, name)), name
+    for name in set(asynchronous) - {"stream", "stream_all"}:
+        assert inspect.iscoroutinefunction(getattr(AsyncLastwordClient, name)), name
+
+
+def test_async_client_follows_the_firehose(base_url: str) -> None:
+    """AsyncLastwordClient.stream_all gives every run's lifecycle events, filtered by parent."""
+
+    async def main() -> list[tuple[str, str]]:
+        with anyio.fail_after(30):
+            return await follow()
+
+    async def follow() -> list[tuple[str, str]]:
+        async with AsyncLastwordClient(base_url, backoff=0.01) as client:
+            parent = await client.create_run(agent="parent")
+            child = await client.create_run(parent_run_id=parent.runId)
+            await client.create_run(agent="stranger")
+            await client.end(child.runId, "completed")
+            seen = []
+            async for message in client.stream_all(parent_run_id=parent.runId, after=0):
+                seen.append((message.event, message.data["runId"]))
+                if message.event == "subagent/end":
+                    return seen
+            raise AssertionError("the firehose ended")
+
+    seen = anyio.run(main)
+    assert seen[-2:] == [("subagent/start", seen[-1][1]), ("subagent/end", seen[-1][1])]
+    assert {run for _, run in seen} == {seen[-1][1]}
+
+
+def test_wait_result_time_outs_are_the_same_in_both_clients(base_url: str) -> None:
+    """wait_result's requests carry the same ?wait= and the same time-out from either client."""
+
+    class Recording(httpx.HTTPTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str | None, object]] = []
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            self.seen.append((request.url.params.get("wait"), request.extensions["timeout"]))
+            return super().handle_request(request)
+
+    class AsyncRecording(httpx.AsyncHTTPTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str | None, object]] = []
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            self.seen.append((request.url.params.get("wait"), request.extensions["timeout"]))
+            return await super().handle_async_request(request)
+
+    with LastwordClient(base_url) as setup:
+        run = setup.create_run()
+        setup.end(run.runId, "completed")
+    sync_transport, async_transport = Recording(), AsyncRecording()
+    with LastwordClient(base_url, timeout=7, transport=sync_transport) as client:
+        client.wait_result(run.runId, timeout=30)
+
+    async def wait() -> None:
+        async with AsyncLastwordClient(base_url, timeout=7, transport=async_transport) as client:
+            await client.wait_result(run.runId, timeout=30)
+
+    anyio.run(wait)
+    [(sync_wait, sync_timeout)] = sync_transport.seen
+    [(async_wait, async_timeout)] = async_transport.seen
+    assert float(sync_wait or 0) == pytest.approx(float(async_wait or 0), abs=1)
+    assert sync_timeout == async_timeout or (
+        isinstance(sync_timeout, dict) and isinstance(async_timeout, dict)
+        and sync_timeout.keys() == async_timeout.keys()
+        and all(abs(sync_timeout[k] - async_timeout[k]) < 1 for k in sync_timeout))
+
+
+def test_wait_result_keeps_to_the_turn_current_when_called(base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait that needs several polls answers the turn that was current when it was called,
+    even when that turn ends and the next one starts between two polls."""
+    monkeypatch.setattr("lastword.client.WAIT_PER_REQUEST", 0.2)  # a poll ends while turn 1 runs
+    first_poll_answered, next_turn_started = threading.Event(), threading.Event()
+
+    class PausingAfterFirstPoll(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            if request.url.path.endswith("/result") and not first_poll_answered.is_set():
+                first_poll_answered.set()
+                assert next_turn_started.wait(30)
+            return response
+
+    with LastwordClient(base_url) as setup:
+        run = setup.create_run(mode="continuable")
+    results: list[Any] = []
+    with LastwordClient(base_url, transport=PausingAfterFirstPoll()) as waiter:
+        thread = threading.Thread(target=lambda: results.append(waiter.wait_result(run.runId, timeout=3)))
+        thread.start()
+        assert first_poll_answered.wait(30)
+        with httpx.Client(base_url=base_url) as api:
+            api.post(f"/v1/runs/{run.runId}/end", json={"stopReason": "completed"}).raise_for_status()
+            api.post(f"/v1/runs/{run.runId}/turns").raise_for_status()
+        next_turn_started.set()
+        thread.join(30)
+    [result] = results
+    assert (result.turn, result.status, result.stopReason) == (1, "ended", "completed")

@@ -121,9 +121,10 @@ def test_demo_creates_a_run_id_it_is_given(api: httpx.Client, base_url: str) -> 
 
 
 def test_demo_failures_are_reported_without_a_traceback(api: httpx.Client, base_url: str) -> None:
-    """An unreachable service or a refused request ends the command with a message and exit 1."""
+    """An unreachable service (exit 4) or a refused request (exit 1) ends the command with a
+    one-line message."""
     unreachable = lastword("demo", "completed", "--url", f"http://127.0.0.1:{free_port()}")
-    assert unreachable.returncode == 1
+    assert unreachable.returncode == 4
     assert "cannot reach" in unreachable.stderr and "Traceback" not in unreachable.stderr
 
     demo("completed", base_url, "--run-id", "over-1")

@@ -73,7 +73,11 @@ def excluded_checks(case: Any) -> list[Any]:
     return []
 
 
-SERVER_SETTINGS: dict[str, Any] = {"max_wait_seconds": 0.2, "max_body_bytes": 1024 * 1024}
+#: The server guards every operation the document marks so: requests carry the ingest token
+#: (good for reads too), and schemathesis checks that a missing or wrong one is refused.
+TOKEN = "fuzz-ingest-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SERVER_SETTINGS: dict[str, Any] = {"max_wait_seconds": 0.2, "max_body_bytes": 1024 * 1024, "ingest_token": TOKEN}
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -92,7 +96,8 @@ def fuzz_url(fuzz_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 @FUZZ_SETTINGS
 def test_every_answer_matches_the_document(case: Any, fuzz_url: str) -> None:
     """Any request the document describes (and many it forbids) gets a declared, conforming answer, never a 5xx."""
-    case.call_and_validate(base_url=fuzz_url, timeout=REQUEST_TIMEOUT, excluded_checks=excluded_checks(case))
+    case.call_and_validate(base_url=fuzz_url, timeout=REQUEST_TIMEOUT, headers=AUTH,
+                           excluded_checks=excluded_checks(case))
 
 
 class _Workflow(SCHEMA.as_state_machine()):  # type: ignore[misc]
@@ -116,7 +121,7 @@ class _Workflow(SCHEMA.as_state_machine()):  # type: ignore[misc]
         super().teardown()
 
     def get_call_kwargs(self, case: Any) -> dict[str, Any]:
-        return {"base_url": self.base_url, "timeout": REQUEST_TIMEOUT}
+        return {"base_url": self.base_url, "timeout": REQUEST_TIMEOUT, "headers": AUTH}
 
     def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
         __tracebackhide__ = True

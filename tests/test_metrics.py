@@ -61,3 +61,25 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
 def test_readyz_checks_the_store(api: httpx.Client) -> None:
     """/readyz answers ready when the store answers."""
     assert api.get("/readyz").json() == {"status": "ready"}
+
+
+def test_duplicates_are_not_counted_as_ingested(api: httpx.Client) -> None:
+    """A retried batch counts its repeats in lastword_events_duplicate, not in events_ingested."""
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    chunk = {"type": "assistant/chunk", "eventId": "c1", "delta": {"type": "text", "text": "a"}}
+    message = {"type": "assistant/message", "eventId": "m1", "message": {"content": []}}
+    before = samples(api)
+    api.post(f"/v1/runs/{run}/events", json=[chunk]).raise_for_status()
+    # Half a retry: the chunk again (a duplicate) and a new message.
+    answer = api.post(f"/v1/runs/{run}/events", json=[chunk, message]).json()
+    assert (answer["accepted"], answer["duplicates"]) == (1, 1)
+    api.post(f"/v1/runs/{run}/events", json=[chunk, message]).raise_for_status()  # a whole retry
+    after = samples(api)
+
+    def grew(name: str, *labels: tuple[str, str]) -> float:
+        key = (name, tuple(labels))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert grew("lastword_events_ingested_total", ("type", "assistant/chunk")) == 1
+    assert grew("lastword_events_ingested_total", ("type", "assistant/message")) == 1
+    assert grew("lastword_events_duplicate_total") == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SERVER_ONLY = ("fastapi", "uvicorn", "starlette", "psycopg", "psycopg_pool", "sqlite3", "sse_starlette", "prometheus_client")
+SERVER_ONLY = ("fastapi", "uvicorn", "starlette", "psycopg", "psycopg_pool", "sqlite3", "sse_starlette", "prometheus_client", "mcp", "opentelemetry")
 
 
 def test_client_import_pulls_in_no_server_or_driver_module() -> None:

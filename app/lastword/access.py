@@ -1,7 +1,8 @@
 """Access tokens (SPEC §11): ingest needs the ingest token, reads take either token.
 
 Which endpoints are which is decided by method: every ``POST`` under ``/v1`` writes (ingest),
-every ``GET`` under ``/v1`` and ``/metrics`` reads. ``/healthz`` and ``/readyz`` stay open (a
+every ``GET`` under ``/v1`` and ``/metrics`` reads. The MCP face (``/mcp``) is a read for this
+middleware; its one writing tool asks for the ingest token itself (``lastword.mcp_face``). ``/healthz`` and ``/readyz`` stay open (a
 probe must not need a secret, and they reveal nothing), and so do the API docs.
 
 Browsers' ``EventSource`` cannot send headers, so read requests may carry the token as
@@ -30,13 +31,23 @@ def _matches(presented: str, expected: str | None) -> bool:
     return hmac.compare_digest(presented.encode(), expected.encode())
 
 
+def _credential(authorization: str) -> str | None:
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credential.strip():
+        return credential.strip()
+    return None
+
+
 def _bearer(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and credential.strip():
-                return credential.strip()
+            return _credential(bytes(value).decode("latin-1"))
     return None
+
+
+def bearer_matches(authorization: str | None, expected: str) -> bool:
+    """Whether an ``Authorization`` header value carries ``expected`` as its bearer token."""
+    return _matches(_credential(authorization or "") or "", expected)
 
 
 def _query_token(scope: Scope) -> str | None:
@@ -54,6 +65,9 @@ def kind_of(method: str, path: str) -> str | None:
         if method in ("GET", "HEAD"):
             return "read"
     if path == "/metrics":
+        return "read"
+    if path == "/mcp":
+        # Every MCP request is a POST; the tool that writes checks for the ingest token itself.
         return "read"
     return None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -37,7 +37,8 @@ from lastword.service import RunService
 from lastword.records import AppendOutcome, RunStatus
 from lastword.settings import Settings
 from lastword.tool_result import tool_result
-from lastword.views import logged_event_view, result_view, run_view
+from lastword.stop_reasons import StopReason
+from lastword.views import logged_event_view, result_view, run_view, turn_summary_view
 
 router = APIRouter(prefix="/v1")
 
@@ -119,16 +120,29 @@ async def list_runs(
     agent: str | None = None,
     limit: LimitQuery = DEFAULT_RUNS_PAGE,
     cursor: str | None = None,
+    stopReason: Annotated[StopReason | None, Query(
+        description="Only runs whose latest turn ended with this stop reason.")] = None,
+    include: Annotated[Literal["result"] | None, Query(
+        description="'result' adds each run's latest turn as `result` (no output: see GET …/result).")] = None,
 ) -> dict[str, Any]:
     """Runs, newest first; ``nextCursor`` pages on, and is absent on the last page."""
     before = _cursor_pk(cursor) if cursor else None  # ``?cursor=`` (empty) is the first page
     limit = min(limit, settings_of(request).max_page_size)
+    service = service_of(request)
     # One more than asked for tells whether another page exists, so the last page says so.
-    runs = await service_of(request).list_runs(
-        parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before
+    runs = await service.list_runs(
+        parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before,
+        stop_reason=stopReason,
     )
     page = runs[:limit]
-    body: dict[str, Any] = {"runs": [run_view(run) for run in page]}
+    views = [run_view(run) for run in page]
+    if include == "result":
+        # One query for the page, not one per run: a dashboard lists stop reasons at a glance.
+        turns = await service.current_turns([run.run_id for run in page])
+        for view in views:
+            if (turn := turns.get(view["runId"])) is not None:
+                view["result"] = turn_summary_view(turn)
+    body: dict[str, Any] = {"runs": views}
     if len(runs) > limit:
         body["nextCursor"] = _cursor(page[-1].pk)
     return body

@@ -3,6 +3,9 @@
 ``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
 client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``demo``
 plays a scripted child.
+
+A refusal by the service or a service that cannot be reached is one line on stderr and an
+exit status (see ``EXIT_STATUSES``), never a traceback: the command is used from scripts.
 """
 
 from __future__ import annotations
@@ -17,9 +20,26 @@ import signal
 import sys
 from typing import Any, cast
 
-from lastword.client import LastwordClient
+import httpx
 
+from lastword import __version__
+from lastword.client import LastwordAPIError, LastwordClient
 from lastword.settings import Settings
+
+#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means.
+EXIT_STATUSES = {
+    0: "done",
+    1: "the service refused the request (the line says its status and problem code)",
+    2: "bad command line or input",
+    3: "result --tool: the turn is still running",
+    4: "the service cannot be reached",
+    130: "interrupted",
+}
+REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
+#: Requests are retried a few times only: a command says soon that the service is not there.
+CLI_RETRIES = 2
+#: A ``tail`` that was following a stream waits out a server restart of any length.
+TAIL_RECONNECTS = 1_000_000
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -55,29 +75,24 @@ def _demo(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    import httpx
-
     try:
         run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
     except httpx.HTTPStatusError as error:
         detail = error.response.text.strip() or error.response.reason_phrase
         print(f"lastword demo: {error.request.method} {error.request.url} answered "
               f"{error.response.status_code}: {detail}", file=sys.stderr)
-        return 1
-    except httpx.HTTPError as error:
-        print(f"lastword demo: cannot reach {args.url}: {error}", file=sys.stderr)
-        return 1
+        return REFUSED
     print(run_id)
     return 0
 
 
-def _client(args: argparse.Namespace) -> LastwordClient:
-    return LastwordClient(args.url, token=args.token)
+def _client(args: argparse.Namespace, reconnects: int | None = None) -> LastwordClient:
+    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects)
 
 
 def _tail(args: argparse.Namespace) -> int:
     out = sys.stdout
-    with _client(args) as client:
+    with _client(args, reconnects=TAIL_RECONNECTS) as client:
         if args.run is None:
             messages = client.stream_all(parent_run_id=args.parent)
         else:
@@ -101,7 +116,7 @@ def _tail(args: argparse.Namespace) -> int:
                     out.write(f"[{data['runId']}] closed\n")
                 out.flush()
         except KeyboardInterrupt:
-            return 130
+            return INTERRUPTED
     return 0
 
 
@@ -166,7 +181,12 @@ def _add_remote(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lastword", description="Keeps a subagent's last word.")
+    parser = argparse.ArgumentParser(
+        prog="lastword",
+        description="Keeps a subagent's last word.",
+        epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"lastword {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
@@ -232,9 +252,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _problem_line(error: LastwordAPIError) -> str:
+    detail = error.problem.get("detail") or error.problem.get("title") or ""
+    return f"{error.status} {error.code}" + (f": {detail}" if detail else "")
+
+
+def _unreachable_line(url: str, error: httpx.TransportError) -> str:
+    reason = str(error) or type(error).__name__
+    return f"cannot reach the service at {url}: {reason}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except LastwordAPIError as error:
+        print(f"lastword {args.command}: {_problem_line(error)}", file=sys.stderr)
+        return REFUSED
+    except httpx.TransportError as error:
+        print(f"lastword {args.command}: {_unreachable_line(args.url, error)}", file=sys.stderr)
+        return UNREACHABLE
+    except KeyboardInterrupt:
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Clients for parent agents and child runtimes: :class:`LastwordClient` and :class:`AsyncLastwordClient`.
 
-Both share one core (:class:`_Core`) that builds requests, decodes answers, decides what to
-retry and keeps streams resumable; the two classes only do the I/O. The transport is
-injectable (``transport=``), as in httpx.
+Both share one core (:class:`_Core`): every method's request is a :class:`_Call` the core
+builds, with the function that decodes its answer; the long poll of ``wait_result`` is a
+:class:`_Wait` and a stream's resume bookkeeping a :class:`_Resume`, both in the core. The two
+classes only send and receive, one with blocking I/O and one awaiting it, so they cannot drift
+apart (a test compares their public methods). The transport is injectable (``transport=``), as
+in httpx.
 
 Retries are safe because nothing is ever sent twice under a new identity: events get an
 ``eventId`` before the first attempt (a retried batch is counted as duplicates, not stored
@@ -15,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import httpx
 import orjson
@@ -32,6 +35,7 @@ from tenacity import (
 )
 
 from lastword.ids import new_run_id
+from lastword.lifecycle import closes_run_stream
 from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
 
 __all__ = [
@@ -42,11 +46,14 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 #: Streams wait for their next message as long as it takes (keep-alives arrive meanwhile).
 STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
-CLOSING_EVENTS = frozenset({"run/closed"})
+#: ``wait_result`` asks for at most this long per request, so a connection that died silently
+#: is noticed within a minute, whatever the caller's ``timeout``.
+WAIT_PER_REQUEST = 60.0
 
 
 class LastwordAPIError(Exception):
@@ -74,11 +81,50 @@ class StreamMessage:
     data: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    """One request and how to read its answer: what both clients send for one method."""
+
+    method: str
+    path: str
+    answer: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    #: The request's time-out; None: the client's own.
+    timeout: float | None = None
+
+    def options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"params": self.params}
+        if self.json is not None:
+            options["json"] = self.json
+        if self.timeout is not None:
+            options["timeout"] = self.timeout
+        return options
+
+
+def _decoder(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: _Core.decode(response, model)
+
+
+def _tool_result_or_none(response: httpx.Response) -> ToolResult | None:
+    return None if response.status_code == 202 else _Core.decode(response, ToolResult)
+
+
+def _turn_params(turn: int | None) -> dict[str, Any]:
+    return {"turn": turn} if turn else {}
+
+
 class _Core:
-    def __init__(self, token: str | None, retries: int, backoff: float) -> None:
+    """Everything the two clients share: requests, answers, retries, time-outs."""
+
+    def __init__(
+        self, token: str | None, retries: int, backoff: float, timeout: float, reconnects: int | None
+    ) -> None:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.retries = retries
         self.backoff = backoff
+        self.timeout = timeout
+        self.reconnects = retries if reconnects is None else reconnects
 
     def retry_policy(self) -> dict[str, Any]:
         return {
@@ -88,6 +134,44 @@ class _Core:
             "reraise": True,
         }
 
+    def long_poll_timeout(self, wait: float) -> float:
+        """A request the server may hold ``wait`` seconds gets that long plus the usual time-out."""
+        return wait + self.timeout
+
+    # The requests, one per public method.
+
+    def create_run(self, run_id: str | None, fields: Mapping[str, Any]) -> _Call[Run]:
+        body = {key: value for key, value in fields.items() if value is not None}
+        body["runId"] = run_id or new_run_id()  # chosen before the first attempt: retries are safe
+        return _Call("POST", "/v1/runs", _decoder(Run), json=body)
+
+    def get_run(self, run_id: str) -> _Call[Run]:
+        return _Call("GET", f"/v1/runs/{run_id}", _decoder(Run))
+
+    def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> _Call[AppendResult]:
+        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=self.with_event_ids(events))
+
+    def push_text(self, run_id: str, text: str, event_id: str | None) -> _Call[AppendResult]:
+        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
+        return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), json=body)
+
+    def end(self, run_id: str, stop_reason: str, error: Any, cascade: bool) -> _Call[SubagentResult]:
+        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
+        if error is not None:
+            body["error"] = error
+        return _Call("POST", f"/v1/runs/{run_id}/end", _decoder(SubagentResult), json=body)
+
+    def result(self, run_id: str, turn: int | None, wait: float | None = None) -> _Call[SubagentResult]:
+        if wait is None:
+            return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult), params=_turn_params(turn))
+        return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult),
+                     params={"wait": wait, **_turn_params(turn)}, timeout=self.long_poll_timeout(wait))
+
+    def tool_result(self, run_id: str, turn: int | None, wait: float) -> _Call[ToolResult | None]:
+        params: dict[str, Any] = {"wait": wait, **_turn_params(turn)}
+        return _Call("GET", f"/v1/runs/{run_id}/tool-result", _tool_result_or_none, params=params,
+                     timeout=self.long_poll_timeout(wait))
+
     @staticmethod
     def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Copies of the events, each with an ``eventId`` (kept when it has one)."""
@@ -95,12 +179,6 @@ class _Core:
             dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex}
             for event in events
         ]
-
-    @staticmethod
-    def create_body(run_id: str | None, fields: Mapping[str, Any]) -> dict[str, Any]:
-        body = {key: value for key, value in fields.items() if value is not None}
-        body["runId"] = run_id or new_run_id()
-        return body
 
     @staticmethod
     def check(response: httpx.Response) -> httpx.Response:
@@ -118,28 +196,54 @@ class _Core:
             raise LastwordAPIError(response.status_code, problem)
         return model.model_validate(response.json())
 
-    @staticmethod
-    def stream_params(include_chunks: bool) -> dict[str, str]:
-        return {"include": "chunks"} if include_chunks else {}
+    # Streams.
 
-    @staticmethod
-    def message(event: ServerSentEvent) -> StreamMessage | None:
-        if not event.id:
-            return None
-        return StreamMessage(int(event.id), event.event, orjson.loads(event.data) if event.data else {})
+    def run_stream(self, run_id: str, include_chunks: bool, after: int | None) -> _Stream:
+        params = {"include": "chunks"} if include_chunks else {}
+        return _Stream(f"/v1/runs/{run_id}/stream", params, self._resume(after))
 
-    @staticmethod
-    def finished(message: StreamMessage, oneshot: bool) -> bool:
-        return message.event in CLOSING_EVENTS or (oneshot and message.event == "subagent/end")
+    def firehose(self, parent_run_id: str | None, after: int | None) -> _Stream:
+        params = {"parentRunId": parent_run_id} if parent_run_id else {}
+        return _Stream("/v1/stream", params, self._resume(after))
+
+    def _resume(self, after: int | None) -> _Resume:
+        return _Resume(after, self.retries, self.reconnects, self.backoff)
+
+
+class _Wait:
+    """The long poll of ``wait_result``: one request after another until the turn ends or the
+    caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
+
+    def __init__(self, core: _Core, run_id: str, timeout: float, turn: int | None) -> None:
+        self._core = core
+        self._run_id = run_id
+        self._deadline = time.monotonic() + timeout
+        self._turn = turn
+        self._wait = 0.0
+
+    def next_call(self) -> _Call[SubagentResult]:
+        self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
+        return self._core.result(self._run_id, self._turn, self._wait)
+
+    def finished(self, result: SubagentResult) -> bool:
+        # Without a turn asked for, the next polls ask for the turn the first answer was about:
+        # a continuable run's next turn must not replace the one the caller is waiting for.
+        if self._turn is None:
+            self._turn = result.turn
+        return result.status == "ended" or self._wait <= 0
 
 
 class _Resume:
     """Where a stream stands, so that a reconnect continues right after the last message."""
 
-    def __init__(self, after: int | None, retries: int, backoff: float) -> None:
+    def __init__(self, after: int | None, retries: int, reconnects: int, backoff: float) -> None:
         self.last = after
+        #: Whether a connection was ever opened: before that, failing to connect is an error to
+        #: report soon (``retries``); after it, a server restart to wait out (``reconnects``).
+        self.opened = False
         self._failures = 0
         self._retries = retries
+        self._reconnects = reconnects
         self._backoff = backoff
 
     def headers(self) -> dict[str, str]:
@@ -147,28 +251,61 @@ class _Resume:
 
     def take(self, event: ServerSentEvent) -> StreamMessage | None:
         """The message an SSE event carries; None for one without an id (``server/reconnect``)."""
-        message = _Core.message(event)
-        if message is not None:
-            self._failures = 0
-            self.last = message.id
+        if not event.id:
+            return None
+        message = StreamMessage(int(event.id), event.event, orjson.loads(event.data) if event.data else {})
+        self._failures = 0
+        self.last = message.id
         return message
 
     def failed(self, error: Exception) -> float:
         """The pause before reconnecting after ``error``; re-raises it once retries are spent."""
         self._failures += 1
-        if self._failures > self._retries:
+        if self._failures > (self._reconnects if self.opened else self._retries):
             raise error
         return min(5.0, self._backoff * 2.0**self._failures)
 
 
-def _raise_for_stream(response: httpx.Response) -> None:
+class _Stream:
+    """One SSE subscription as both clients follow it: where to connect, how to resume, when to stop."""
+
+    def __init__(self, path: str, params: dict[str, str], resume: _Resume) -> None:
+        self.path = path
+        self.params = params
+        self.resume = resume
+        #: A run stream's mode, once known: it decides whether ``subagent/end`` ends the stream.
+        self.mode: str | None = None
+        #: Set when a message ended the stream (as opposed to the server closing the connection).
+        self.finished_by_message = False
+
+    def connect_options(self) -> dict[str, Any]:
+        return {"params": self.params, "headers": self.resume.headers(), "timeout": STREAM_TIMEOUT}
+
+    def finished(self, message: StreamMessage) -> bool:
+        """Whether this message ends the stream (it is then the last one given out)."""
+        if self.mode is not None and closes_run_stream(message.event, self.mode):
+            self.finished_by_message = True
+        return self.finished_by_message
+
+    def over(self, run: Run) -> bool:
+        """After the server closed the connection: whether the stream has nothing more to say
+        (else the server restarted or the connection's lifetime ran out: reconnect)."""
+        return self.resume.last is not None and run.status == "ended"
+
+
+def _problem_of_stream(response: httpx.Response) -> None:
     if response.is_error:
-        response.read()
         _Core.decode(response, Run)
 
 
 class LastwordClient:
-    """Synchronous client. Use as a context manager, or call :meth:`close`."""
+    """Synchronous client. Use as a context manager, or call :meth:`close`.
+
+    ``retries``: how often a request is retried after a transport error or a 429/502/503/504,
+    with exponential ``backoff``; ``timeout``: seconds per request (long polls get their wait on
+    top); ``reconnects``: how many failed reconnects in a row a stream that was open survives
+    (default: ``retries``; a large number waits out a server restart of any length).
+    """
 
     def __init__(
         self,
@@ -178,9 +315,10 @@ class LastwordClient:
         retries: int = 5,
         backoff: float = 0.2,
         timeout: float = 30.0,
+        reconnects: int | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._core = _Core(token, retries, backoff)
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
         self._http = httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
 
     def __enter__(self) -> LastwordClient:
@@ -192,61 +330,55 @@ class LastwordClient:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, call: _Call[T]) -> T:
         for attempt in Retrying(**self._core.retry_policy()):
             with attempt:
-                return self._core.check(self._http.request(method, path, **kwargs))
-        raise AssertionError("unreachable")  # pragma: no cover
+                response = self._core.check(self._http.request(call.method, call.path, **call.options()))
+        return call.answer(response)
 
     def create_run(
         self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
         mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
     ) -> Run:
-        body = self._core.create_body(run_id, {"parentRunId": parent_run_id, "agent": agent, "mode": mode,
-                                                "metadata": metadata, "leaseSeconds": lease_seconds})
-        return self._core.decode(self._request("POST", "/v1/runs", json=body), Run)
+        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        return self._send(self._core.create_run(run_id, {
+            "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
+            "leaseSeconds": lease_seconds}))
 
     def get_run(self, run_id: str) -> Run:
-        return self._core.decode(self._request("GET", f"/v1/runs/{run_id}"), Run)
+        """The run with its current turn and status."""
+        return self._send(self._core.get_run(run_id))
 
     def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
-        batch = self._core.with_event_ids(events)
-        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/events", json=batch), AppendResult)
+        """Append session events (each gets an ``eventId`` unless it has one)."""
+        return self._send(self._core.push_events(run_id, events))
 
     def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
-        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
-        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
+        """Append bare chunk text."""
+        return self._send(self._core.push_text(run_id, text, event_id))
 
     def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
-        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
-        if error is not None:
-            body["error"] = error
-        return self._core.decode(self._request("POST", f"/v1/runs/{run_id}/end", json=body), SubagentResult)
+        """End the current turn; the same end again answers the same result."""
+        return self._send(self._core.end(run_id, stop_reason, error, cascade))
 
     def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
-        params = {"turn": turn} if turn else {}
-        return self._core.decode(self._request("GET", f"/v1/runs/{run_id}/result", params=params), SubagentResult)
+        """The turn's result as it stands now."""
+        return self._send(self._core.result(run_id, turn))
 
     def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out."""
-        deadline = time.monotonic() + timeout
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
+        wait = _Wait(self._core, run_id, timeout, turn)
         while True:
-            wait = max(0.0, min(60.0, deadline - time.monotonic()))
-            params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
-            response = self._request("GET", f"/v1/runs/{run_id}/result", params=params,
-                                     timeout=wait + self._http.timeout.read if self._http.timeout.read else None)
-            result = self._core.decode(response, SubagentResult)
-            if result.status == "ended" or wait <= 0:
+            result = self._send(wait.next_call())
+            if wait.finished(result):
                 return result
 
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
-        params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
-        response = self._request("GET", f"/v1/runs/{run_id}/tool-result", params=params,
-                                 timeout=wait + 30)
-        if response.status_code == 202:
-            return None
-        return self._core.decode(response, ToolResult)
+        return self._send(self._core.tool_result(run_id, turn, wait))
 
     def stream(self, run_id: str, *, include_chunks: bool = False, after: int | None = None) -> Iterator[StreamMessage]:
         """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
@@ -254,40 +386,38 @@ class LastwordClient:
         Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
         ``run/closed``); nothing is lost or repeated across reconnects.
         """
-        oneshot = self.get_run(run_id).mode == "oneshot"
-        resume = _Resume(after, self._core.retries, self._core.backoff)
+        stream = self._core.run_stream(run_id, include_chunks, after)
+        stream.mode = self.get_run(run_id).mode
         while True:
             try:
-                with connect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
-                                 params=self._core.stream_params(include_chunks), headers=resume.headers(),
-                                 timeout=STREAM_TIMEOUT) as source:
-                    _raise_for_stream(source.response)
-                    for event in source.iter_sse():
-                        message = resume.take(event)
-                        if message is not None:
-                            yield message
-                            if self._core.finished(message, oneshot):
-                                return
-                if resume.last is not None and self.get_run(run_id).status == "ended":
-                    return  # the server closed a stream that had nothing more to say
+                yield from self._follow(stream)
+                if stream.finished_by_message or stream.over(self.get_run(run_id)):
+                    return
             except httpx.TransportError as error:
-                time.sleep(resume.failed(error))
+                time.sleep(stream.resume.failed(error))
 
     def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
         """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
-        resume = _Resume(after, self._core.retries, self._core.backoff)
-        params = {"parentRunId": parent_run_id} if parent_run_id else {}
+        stream = self._core.firehose(parent_run_id, after)
         while True:
             try:
-                with connect_sse(self._http, "GET", "/v1/stream", params=params, headers=resume.headers(),
-                                 timeout=STREAM_TIMEOUT) as source:
-                    _raise_for_stream(source.response)
-                    for event in source.iter_sse():
-                        message = resume.take(event)
-                        if message is not None:
-                            yield message
+                yield from self._follow(stream)
             except httpx.TransportError as error:
-                time.sleep(resume.failed(error))
+                time.sleep(stream.resume.failed(error))
+
+    def _follow(self, stream: _Stream) -> Iterator[StreamMessage]:
+        """One connection's messages, until the server closes it or a closing message arrives."""
+        with connect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
+            if source.response.is_error:
+                source.response.read()
+                _problem_of_stream(source.response)
+            stream.resume.opened = True
+            for event in source.iter_sse():
+                message = stream.resume.take(event)
+                if message is not None:
+                    yield message
+                    if stream.finished(message):
+                        return
 
 
 class AsyncLastwordClient:
@@ -301,9 +431,10 @@ class AsyncLastwordClient:
         retries: int = 5,
         backoff: float = 0.2,
         timeout: float = 30.0,
+        reconnects: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._core = _Core(token, retries, backoff)
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
         self._http = httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout,
                                        transport=transport)
 
@@ -316,79 +447,97 @@ class AsyncLastwordClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _send(self, call: _Call[T]) -> T:
         async for attempt in AsyncRetrying(**self._core.retry_policy()):
             with attempt:
-                return self._core.check(await self._http.request(method, path, **kwargs))
-        raise AssertionError("unreachable")  # pragma: no cover
+                response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
+        return call.answer(response)
 
     async def create_run(
         self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
         mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
     ) -> Run:
-        body = self._core.create_body(run_id, {"parentRunId": parent_run_id, "agent": agent, "mode": mode,
-                                                "metadata": metadata, "leaseSeconds": lease_seconds})
-        return self._core.decode(await self._request("POST", "/v1/runs", json=body), Run)
+        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        return await self._send(self._core.create_run(run_id, {
+            "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
+            "leaseSeconds": lease_seconds}))
 
     async def get_run(self, run_id: str) -> Run:
-        return self._core.decode(await self._request("GET", f"/v1/runs/{run_id}"), Run)
+        """The run with its current turn and status."""
+        return await self._send(self._core.get_run(run_id))
 
     async def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
-        batch = self._core.with_event_ids(events)
-        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/events", json=batch), AppendResult)
+        """Append session events (each gets an ``eventId`` unless it has one)."""
+        return await self._send(self._core.push_events(run_id, events))
 
     async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
-        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
-        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/chunks", json=body), AppendResult)
+        """Append bare chunk text."""
+        return await self._send(self._core.push_text(run_id, text, event_id))
 
     async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
-        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
-        if error is not None:
-            body["error"] = error
-        return self._core.decode(await self._request("POST", f"/v1/runs/{run_id}/end", json=body), SubagentResult)
+        """End the current turn; the same end again answers the same result."""
+        return await self._send(self._core.end(run_id, stop_reason, error, cascade))
 
     async def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
-        params = {"turn": turn} if turn else {}
-        return self._core.decode(await self._request("GET", f"/v1/runs/{run_id}/result", params=params),
-                                 SubagentResult)
+        """The turn's result as it stands now."""
+        return await self._send(self._core.result(run_id, turn))
 
     async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        deadline = time.monotonic() + timeout
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
+        wait = _Wait(self._core, run_id, timeout, turn)
         while True:
-            wait = max(0.0, min(60.0, deadline - time.monotonic()))
-            params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
-            response = await self._request("GET", f"/v1/runs/{run_id}/result", params=params, timeout=wait + 30)
-            result = self._core.decode(response, SubagentResult)
-            if result.status == "ended" or wait <= 0:
+            result = await self._send(wait.next_call())
+            if wait.finished(result):
                 return result
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
-        params: dict[str, Any] = {"wait": wait, **({"turn": turn} if turn else {})}
-        response = await self._request("GET", f"/v1/runs/{run_id}/tool-result", params=params, timeout=wait + 30)
-        if response.status_code == 202:
-            return None
-        return self._core.decode(response, ToolResult)
+        """The parent model's tool result; ``None`` while the turn still runs."""
+        return await self._send(self._core.tool_result(run_id, turn, wait))
 
     async def stream(
         self, run_id: str, *, include_chunks: bool = False, after: int | None = None
     ) -> AsyncIterator[StreamMessage]:
-        oneshot = (await self.get_run(run_id)).mode == "oneshot"
-        resume = _Resume(after, self._core.retries, self._core.backoff)
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+
+        Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
+        ``run/closed``); nothing is lost or repeated across reconnects.
+        """
+        stream = self._core.run_stream(run_id, include_chunks, after)
+        stream.mode = (await self.get_run(run_id)).mode
         while True:
             try:
-                async with aconnect_sse(self._http, "GET", f"/v1/runs/{run_id}/stream",
-                                        params=self._core.stream_params(include_chunks), headers=resume.headers(),
-                                        timeout=STREAM_TIMEOUT) as source:
-                    if source.response.is_error:
-                        await source.response.aread()
-                        self._core.decode(source.response, Run)
-                    async for event in source.aiter_sse():
-                        message = resume.take(event)
-                        if message is not None:
-                            yield message
-                            if self._core.finished(message, oneshot):
-                                return
-                if resume.last is not None and (await self.get_run(run_id)).status == "ended":
+                async for message in self._follow(stream):
+                    yield message
+                if stream.finished_by_message or stream.over(await self.get_run(run_id)):
                     return
             except httpx.TransportError as error:
-                await asyncio.sleep(resume.failed(error))
+                await asyncio.sleep(stream.resume.failed(error))
+
+    async def stream_all(
+        self, *, parent_run_id: str | None = None, after: int | None = None
+    ) -> AsyncIterator[StreamMessage]:
+        """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
+        stream = self._core.firehose(parent_run_id, after)
+        while True:
+            try:
+                async for message in self._follow(stream):
+                    yield message
+            except httpx.TransportError as error:
+                await asyncio.sleep(stream.resume.failed(error))
+
+    async def _follow(self, stream: _Stream) -> AsyncIterator[StreamMessage]:
+        """One connection's messages, until the server closes it or a closing message arrives."""
+        async with aconnect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
+            if source.response.is_error:
+                await source.response.aread()
+                _problem_of_stream(source.response)
+            stream.resume.opened = True
+            async for event in source.aiter_sse():
+                message = stream.resume.take(event)
+                if message is not None:
+                    yield message
+                    if stream.finished(message):
+                        return

@@ -32,7 +32,8 @@ from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_s
 class _Open(BaseModel):
     """Extra fields are allowed and kept: blocks and events keep what they were sent with."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    # Each field's docstring is its description in the OpenAPI document.
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
 
 
 def _whole_number(value: Any) -> Any:
@@ -44,43 +45,71 @@ TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKEN_COUNT), BeforeValidator(_wh
 
 
 class Usage(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    """Tokens one model call used; a turn's usage is the sum over its messages."""
+
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
 
     inputTokens: TokenCount
+    """Input tokens not read from a cache."""
     outputTokens: TokenCount
+    """Tokens the model produced."""
     cacheReadTokens: TokenCount | None = None
+    """Input tokens read from a prompt cache."""
     cacheWriteTokens: TokenCount | None = None
+    """Input tokens written to a prompt cache."""
 
 
 class TextBlock(_Open):
+    """Text; substantive unless empty or white space only."""
+
     type: Literal["text"]
+    """Always ``text``."""
     text: str
+    """The text."""
 
 
 class ReasoningBlock(_Open):
+    """The model's reasoning; substantive even with empty text."""
+
     type: Literal["reasoning"]
+    """Always ``reasoning``."""
     text: str
+    """The reasoning text (may be empty when only a signature was kept)."""
     signature: str | None = None
+    """The provider's signature of the reasoning, when it gave one."""
 
 
 class ToolCallBlock(_Open):
+    """A call of a tool by the model; substantive."""
+
     type: Literal["tool_call"]
+    """Always ``tool_call``."""
     id: str
+    """The call's id, which its result names."""
     name: str
+    """The tool's name."""
     input: dict[str, Any]
+    """The call's arguments."""
 
 
 class ToolResultBlock(_Open):
+    """A tool's answer inside a message; never part of an output."""
+
     type: Literal["tool_result"]
+    """Always ``tool_result``."""
     toolCallId: str
+    """The id of the call this answers."""
     content: str | list[Block]
+    """The tool's answer: text or blocks."""
     isError: bool | None = None
+    """Whether the tool failed."""
 
 
 class OtherBlock(_Open):
     """Bookkeeping (`step-start`, `step-finish`, `patch`) and any other block type."""
 
     type: str
+    """The block's type; every other field is kept as sent."""
 
 
 def _block_tag(value: Any) -> str | None:
@@ -135,73 +164,124 @@ def _check_rfc3339(value: str | None) -> str | None:
 
 class _EventBase(_Open):
     eventId: Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_LENGTH)] | None = None
+    """The producer's idempotency key, unique within the run: a repeat with the same content
+    is counted as a duplicate and stored once."""
     ts: Annotated[str, Field(json_schema_extra={"format": "date-time"})] | None = None
+    """When the producer made the event (RFC 3339); kept, not interpreted."""
 
     _ts = field_validator("ts")(_check_rfc3339)
 
 
 class TextDelta(_Open):
+    """Streamed text; the turn's text deltas, joined, are the output when no message qualifies."""
+
     type: Literal["text"]
+    """Always ``text``."""
     text: str
+    """The piece of text."""
 
 
 class ReasoningDelta(_Open):
+    """Streamed reasoning; logged, not accumulated."""
+
     type: Literal["reasoning"]
+    """Always ``reasoning``."""
     text: str
+    """The piece of reasoning."""
 
 
 class ToolCallDelta(_Open):
+    """A streamed piece of a tool call; logged, not accumulated."""
+
     type: Literal["tool_call"]
+    """Always ``tool_call``; the other fields are kept as sent."""
 
 
 Delta = Annotated[TextDelta | ReasoningDelta | ToolCallDelta, Field(discriminator="type")]
 
 
 class AssistantChunk(_EventBase):
+    """A streamed delta of the assistant's answer."""
+
     type: Literal["assistant/chunk"]
+    """Always ``assistant/chunk``."""
     delta: Delta
+    """The delta: text, reasoning or a piece of a tool call."""
 
 
 class AssistantMessageBody(_Open):
+    """A complete assistant message."""
+
     id: str | None = None
+    """The provider's message id."""
     content: list[Block]
+    """The message's blocks; may be empty (a usage-only record)."""
     usage: Usage | None = None
+    """What this model call used."""
     stopReason: str | None = None
+    """The provider's own stop reason for this call (logged as sent, not normalised)."""
     error: Any = None
+    """The call's error, if it failed."""
 
 
 class AssistantMessage(_EventBase):
+    """A complete assistant message at the end of a step: the candidates of the selection rule."""
+
     type: Literal["assistant/message"]
+    """Always ``assistant/message``."""
     message: AssistantMessageBody
+    """The message."""
 
 
 class ToolResultEvent(_EventBase):
+    """A tool's answer; logged, never output."""
+
     type: Literal["tool/result"]
+    """Always ``tool/result``."""
     toolCallId: str
+    """The id of the call this answers."""
     content: str | list[Block]
+    """The tool's answer: text or blocks."""
     isError: bool | None = None
+    """Whether the tool failed."""
 
 
 class UserMessageBody(_Open):
+    """A user (or parent) message."""
+
     content: str | list[Block]
+    """Its text, or blocks."""
 
 
 class UserMessage(_EventBase):
+    """A message to the child; logged, never output."""
+
     type: Literal["user/message"]
+    """Always ``user/message``."""
     message: UserMessageBody
+    """The message."""
 
 
 class StepEvent(_EventBase):
+    """Bookkeeping: a step of the agent loop starts or finishes; logged."""
+
     type: Literal["step/start", "step/finish"]
+    """``step/start`` or ``step/finish``."""
 
 
 class TurnEnd(_EventBase):
+    """Ends the current turn, as ``POST /v1/runs/{runId}/end`` does."""
+
     type: Literal["turn/end"]
+    """Always ``turn/end``."""
     stopReason: Annotated[
         str, Field(json_schema_extra={"pattern": ACCEPTED_PATTERN, "examples": list(ACCEPTED_INPUTS)})
     ]
+    """Why the turn ended: a wire value or an accepted alias, case-insensitive."""
     error: Any = None
+    """What went wrong, for an ``error`` end."""
     usage: Usage | None = None
+    """Usage not recorded by a message, added to the turn's."""
 
     @field_validator("stopReason")
     @classmethod
@@ -214,6 +294,7 @@ class ExtensionEvent(_EventBase):
     """`x-…` events: logged, opaque, never interpreted."""
 
     type: Annotated[str, Field(pattern=r"^x-")]
+    """Any type starting with ``x-``; every other field is kept as sent."""
 
 
 _EVENT_MODELS: dict[str, str] = {

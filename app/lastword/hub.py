@@ -164,6 +164,11 @@ class Hub:
             for waiter in waiters:
                 waiter.set()
 
+    @property
+    def result_waiters(self) -> int:
+        """How many readers are parked until a turn ends."""
+        return sum(len(waiters) for waiters in self._turn_ends.values())
+
     def turn_end_signal(self, run_id: str) -> asyncio.Event:
         """An event set when any turn of the run ends; call :meth:`release` when done."""
         signal = asyncio.Event()

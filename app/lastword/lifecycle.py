@@ -18,6 +18,15 @@ RUN_CLOSED = "run/closed"
 LIFECYCLE_TYPES = frozenset({SUBAGENT_START, SUBAGENT_END, RUN_CLOSED})
 
 
+def closes_run_stream(event_type: str, mode: str) -> bool:
+    """Whether a run's SSE stream ends after this event: ``run/closed``, or the
+    ``subagent/end`` of a oneshot run (it has no further turn to wait for).
+
+    The service's stream and the client library's reader both ask this one function.
+    """
+    return event_type == RUN_CLOSED or (event_type == SUBAGENT_END and mode == "oneshot")
+
+
 def rfc3339(epoch_seconds: float) -> str:
     moment = datetime.fromtimestamp(epoch_seconds, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -19,13 +19,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from lastword import __version__
 from lastword.access import AccessControl
 from lastword.logs import RequestLog
+from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
+from lastword.api_docs import document
 from lastword.api import router as api_router
+from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -41,7 +44,9 @@ from lastword.metrics import Metrics
 from lastword.schemas import Health, Problem
 from lastword.service import RunService
 from lastword.settings import Settings
+from lastword.records import TurnRecord
 from lastword.store import open_store
+from lastword.telemetry import open_turn_spans, run_or_none
 from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
 
@@ -97,8 +102,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {}).setdefault("schemas", {}).update(event_schema_components())
         schema["components"]["schemas"].setdefault("Problem", Problem.model_json_schema())
-        app.openapi_schema = schema
+        app.openapi_schema = document(schema)
     return app.openapi_schema
+
+
+async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecord:
+    return (await service.result(run_id, turn, 0))[1]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -107,9 +116,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_store(settings)
-        await store.open()
+        try:
+            await store.open()
+        except Unavailable as error:
+            # One line that says what to do, ahead of the framework's traceback.
+            log.error("cannot start: %s", error.detail)
+            raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size)
+        # Before the start, whose sweep may end turns: those are spans too.
+        spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
+                                lambda run_id, turn: _turn_record(service, run_id, turn))
+        if spans is not None:
+            service.end_observers.append(spans.ended)
         try:
             await service.start()
         except BaseException:
@@ -129,6 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for job in jobs:
                 with contextlib.suppress(asyncio.CancelledError):
                     await job
+            await app.state.mcp.close()
+            if spans is not None:
+                await spans.close()
             await service.close()
 
     app = FastAPI(
@@ -141,6 +163,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
+    app.include_router(dashboard_router)
+    app.state.mcp = McpMount(lambda: app.state.service, settings)
+    # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
+    app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
@@ -177,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.count_runs())
+        metrics.result_waiters.set(request.app.state.service.result_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

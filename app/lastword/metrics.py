@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter as Tally
-from collections.abc import Sequence
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from lastword.store.base import AppendOutcome
@@ -39,14 +35,18 @@ class Metrics:
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
+        self.result_waiters = Gauge(
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends.",
+            registry=self.registry,
+        )
 
-    def observe_ingest(self, events: Sequence[dict[str, Any]], outcome: AppendOutcome, seconds: float) -> None:
+    def observe_ingest(self, outcome: AppendOutcome, seconds: float) -> None:
         self.ingest_seconds.observe(seconds)
         if outcome.duplicates:
             self.duplicates.inc(outcome.duplicates)
-        if outcome.accepted:
-            for kind, count in Tally(event["type"] for event in events).items():
-                self.events_ingested.labels(kind).inc(count)
+        # Only what was stored: a retried event is counted once, in ``duplicates``.
+        for kind, count in outcome.accepted_types.items():
+            self.events_ingested.labels(kind).inc(count)
 
     def count_runs(self, by_status: dict[str, int]) -> None:
         for status in ("running", "idle", "ended"):

@@ -89,6 +89,8 @@ class AppendOutcome:
     last_seq: int
     stored: list[StoredEvent] = field(default_factory=list)
     ended: TurnRecord | None = None
+    #: How many events of each type this append stored (duplicates left out), for the metrics.
+    accepted_types: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -7,22 +7,37 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.ids import RUN_ID_PATTERN
-from lastword.records import RunMode, RunStatus
 from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.records import RunMode, RunStatus
 from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+
+
+class _Answer(BaseModel):
+    # Each field's docstring is its description in the OpenAPI document.
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
 
 class RunCreate(_Strict):
+    """A run to create; every field is optional."""
+
     runId: str | None = Field(None, pattern=RUN_ID_PATTERN)
+    """The run's id; the service makes a sortable one when none is given. Creating it again
+    with the same body answers the run (200); with another body, 409."""
     parentRunId: str | None = Field(None, pattern=RUN_ID_PATTERN)
+    """The run of the parent agent that started this child."""
     agent: str | None = Field(None, max_length=MAX_AGENT_LENGTH)
+    """The child agent's name."""
     mode: RunMode = "oneshot"
+    """``oneshot``: exactly one turn. ``continuable``: further turns after each end."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free JSON, kept and returned as sent."""
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
+    """Seconds of silence after which an open turn ends as ``timeout``; 0: never. Default:
+    ``LASTWORD_LEASE_SECONDS``."""
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -32,12 +47,16 @@ class RunCreate(_Strict):
 
 
 class EndRequest(_Strict):
+    """How the current turn ended."""
+
     stopReason: str = Field(
-        description="A wire value or an accepted alias (SPEC §6).",
+        description="A wire value or an accepted alias (SPEC §6), case-insensitive; stored as the wire value.",
         json_schema_extra={"pattern": ACCEPTED_PATTERN, "examples": list(ACCEPTED_INPUTS)},
     )
     error: Any = None
+    """What went wrong (any JSON; a ``message`` field is shown in the tool result's headline)."""
     cascade: bool = False
+    """Also end the open turns of every descendant run, as ``cancelled``."""
 
     @field_validator("stopReason")
     @classmethod
@@ -51,87 +70,192 @@ class EndRequest(_Strict):
 
 
 class ChunkText(_Strict):
+    """Bare chunk text as JSON."""
+
     text: str
+    """The text, stored as one text delta."""
     eventId: str | None = Field(None, min_length=1, max_length=MAX_EVENT_ID_LENGTH)
+    """The producer's idempotency key for this piece."""
 
 
-class Usage(BaseModel):
+class TurnUsage(_Answer):
+    """A turn's usage: the sum over its assistant messages, empty ones included."""
+
     inputTokens: int
+    """Input tokens not read from a cache."""
     outputTokens: int
+    """Tokens the model produced."""
     cacheReadTokens: int = 0
+    """Input tokens read from a prompt cache."""
     cacheWriteTokens: int = 0
+    """Input tokens written to a prompt cache."""
 
 
-class Run(BaseModel):
+class Run(_Answer):
+    """A run (one child session) with its current turn and status."""
+
     runId: str
+    """The run's id."""
     parentRunId: str | None = None
+    """The parent agent's run, when one was given."""
     agent: str | None = None
+    """The child agent's name, when one was given."""
     mode: RunMode
+    """``oneshot``: one turn. ``continuable``: further turns after each end."""
     metadata: dict[str, Any]
+    """Free JSON given at creation."""
     leaseSeconds: float
+    """Seconds of silence after which an open turn ends as ``timeout``; 0: never."""
     status: RunStatus
+    """``running``: a turn is open; ``idle``: a continuable run between turns; ``ended``."""
     turn: int
+    """The current (or last) turn, from 1."""
     lastSeq: int
+    """The ``seq`` of the last event in the run's log."""
     leaseExpiresAt: str | None = None
+    """When the open turn ends as ``timeout`` unless an event arrives (RFC 3339)."""
     createdAt: str
+    """When the run was created (RFC 3339)."""
     updatedAt: str
+    """When the run last changed (RFC 3339)."""
 
 
-class RunList(BaseModel):
-    runs: list[Run]
-    nextCursor: str | None = None
+class TurnSummary(_Answer):
+    """A run's latest turn in a run list (``?include=result``): the result without its output."""
 
-
-class SubagentResult(BaseModel):
     runId: str
+    """The run's id."""
     turn: int
+    """The run's latest turn."""
     status: Literal["running", "ended"]
+    """``running`` while the turn is open, ``ended`` once it ended."""
     stopReason: StopReason | None = None
+    """Why the turn ended (absent while it runs)."""
     isError: bool
-    output: list[dict[str, Any]]
-    usage: Usage
+    """True for every stop reason but ``completed``."""
+    usage: TurnUsage | None = None
+    """The turn's usage, summed over its messages."""
     error: Any = None
+    """The error the turn ended with, if any."""
     startedAt: str
+    """When the turn started (RFC 3339)."""
     endedAt: str | None = None
+    """When the turn ended (RFC 3339); absent while it runs."""
 
 
-class TextContent(BaseModel):
-    type: Literal["text"]
-    text: str
+class RunInList(Run):
+    """A run as a run list shows it; with ``?include=result``, its latest turn too."""
+
+    result: TurnSummary | None = None
+    """The latest turn without its output (only with ``?include=result``)."""
 
 
-class ToolResult(BaseModel):
-    content: list[TextContent]
-    isError: bool
+class RunList(_Answer):
+    """One page of runs, newest first."""
+
+    runs: list[RunInList]
+    """The runs of this page."""
+    nextCursor: str | None = None
+    """Pass as ``?cursor=`` for the next page; absent on the last page."""
 
 
-class AppendResult(BaseModel):
-    accepted: int
-    duplicates: int
-    lastSeq: int
+class SubagentResult(_Answer):
+    """A turn's result: its output by the selection rule, stop reason and usage."""
 
-
-class LoggedEvent(BaseModel):
-    seq: int
+    runId: str
+    """The run's id."""
     turn: int
+    """The turn this is the result of."""
+    status: Literal["running", "ended"]
+    """``running`` while the turn is open (the output so far), ``ended`` once it ended."""
+    stopReason: StopReason | None = None
+    """Why the turn ended (absent while it runs)."""
+    isError: bool
+    """True for every stop reason but ``completed``."""
+    output: list[dict[str, Any]]
+    """The selected output: content blocks as the child sent them (SPEC §5); may be empty."""
+    usage: TurnUsage
+    """The turn's usage, summed over its messages."""
+    error: Any = None
+    """The error the turn ended with, if any."""
+    startedAt: str
+    """When the turn started (RFC 3339)."""
+    endedAt: str | None = None
+    """When the turn ended (RFC 3339); absent while it runs."""
+
+
+class TextContent(_Answer):
+    """A text item of a tool result."""
+
+    type: Literal["text"]
+    """Always ``text``."""
+    text: str
+    """Never empty."""
+
+
+class ToolResult(_Answer):
+    """The parent model's tool result, in MCP ``CallToolResult`` shape."""
+
+    content: list[TextContent]
+    """One text: the output's text, or for a turn that did not complete a headline naming the
+    stop reason followed by the partial text."""
+    isError: bool
+    """True unless the turn completed."""
+
+
+class AppendResult(_Answer):
+    """What an ingest request stored."""
+
+    accepted: int
+    """Events stored by this request."""
+    duplicates: int
+    """Events recognised by their ``eventId`` as already stored (retries), not stored again."""
+    lastSeq: int
+    """The ``seq`` of the run's last event after this request."""
+
+
+class LoggedEvent(_Answer):
+    """One entry of a run's durable log."""
+
+    seq: int
+    """Its place in the run's log: increasing, never reused."""
+    turn: int
+    """The turn it belongs to."""
     receivedAt: str
+    """When the service accepted it (RFC 3339)."""
     event: dict[str, Any]
+    """The event exactly as it was sent (or, for lifecycle events, as the service wrote it)."""
 
 
-class EventPage(BaseModel):
+class EventPage(_Answer):
+    """One page of a run's log, in ``seq`` order."""
+
     events: list[LoggedEvent]
+    """The events of this page."""
     nextAfter: int
+    """Pass as ``?after=`` for the next page."""
 
 
-class Problem(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class Problem(_Answer):
+    """An RFC 9457 problem document: why a request was refused. Some problems carry more
+    fields (``index``, ``field``, ``limit``, ``stopReason``, ``accepted``, …)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     type: str
+    """A URI naming the kind of problem."""
     title: str
+    """A short summary of the kind of problem."""
     status: int
+    """The HTTP status."""
     code: str
+    """A stable machine-readable code (``run_not_found``, ``run_ended``, …)."""
     detail: str
+    """What went wrong with this request, in words."""
 
 
-class Health(BaseModel):
+class Health(_Answer):
+    """A health probe's answer."""
+
     status: str
+    """``ok`` (liveness) or ``ready`` (readiness)."""

@@ -49,6 +49,8 @@ class RunService:
         self.clock = clock
         #: The most rows one internal read asks for (children of a run, the streams' log pages).
         self.page_size = page_size
+        #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
+        self.end_observers: list[Callable[[StoredEvent], None]] = []
 
     @property
     def _hub(self) -> Hub:
@@ -56,6 +58,11 @@ class RunService:
 
     def _published(self, stored: Sequence[StoredEvent]) -> None:
         self._fanout.committed(stored)
+        if self.end_observers:
+            for event in stored:
+                if event.type == "subagent/end":
+                    for observe in self.end_observers:
+                        observe(event)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -86,11 +93,16 @@ class RunService:
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None, limit: int,
-        before_pk: int | None,
+        before_pk: int | None, stop_reason: StopReason | None = None,
     ) -> list[RunRecord]:
         return await self._store.list_runs(
-            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk
+            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk,
+            stop_reason=stop_reason,
         )
+
+    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
+        """Each run's latest turn as stored (an open one without its usage so far)."""
+        return await self._store.current_turns(run_ids)
 
     async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
         return await self._store.snapshot(run_id)
@@ -118,6 +130,11 @@ class RunService:
     def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
         self.metrics.subscribers.inc()
         return self._hub.subscribe_feed(parent_run_id)
+
+    @property
+    def result_waiters(self) -> int:
+        """How many long polls are parked until a turn ends."""
+        return self._hub.result_waiters
 
     def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:
         """End a subscription from :meth:`subscribe_run` (``run_id``) or :meth:`subscribe_feed`."""
@@ -150,7 +167,7 @@ class RunService:
     ) -> AppendOutcome:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
-        self.metrics.observe_ingest(events, outcome, time.perf_counter() - started)
+        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 from lastword.limits import MAX_INT64
 from lastword.errors import InvalidLastEventId
 from lastword.hub import IDLE, Subscription
-from lastword.lifecycle import LIFECYCLE_TYPES, RUN_CLOSED, SUBAGENT_END
+from lastword.lifecycle import LIFECYCLE_TYPES, closes_run_stream
 from lastword.schemas import Problem
 from lastword.service import RunService
 from lastword.records import RunRecord, StoredEvent
@@ -96,7 +96,7 @@ def _ended(subscription: Subscription, deadline: float) -> str | None:
 
 
 def _closes(event: StoredEvent, run: RunRecord) -> bool:
-    return event.type == RUN_CLOSED or (event.type == SUBAGENT_END and run.mode == "oneshot")
+    return closes_run_stream(event.type, run.mode)
 
 
 #: The keep-alive: one comment line, without the blank line that would end an event.

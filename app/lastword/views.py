@@ -57,3 +57,16 @@ def logged_event_view(event: StoredEvent) -> dict[str, Any]:
         "receivedAt": rfc3339(event.received_at),
         "event": event.body,
     }
+
+
+def turn_summary_view(turn: TurnRecord) -> dict[str, Any]:
+    """A turn as a run list shows it: the result without its output (outputs can be large).
+
+    ``usage`` is given for an ended turn only: an open turn's usage so far lives in its fold,
+    which a list does not catch up (``GET …/result`` does).
+    """
+    body = result_view(turn)
+    del body["output"]
+    if not turn.ended:
+        del body["usage"]
+    return body

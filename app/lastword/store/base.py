@@ -56,7 +56,16 @@ class Store(abc.ABC):
         agent: str | None,
         limit: int,
         before_pk: int | None,
-    ) -> list[RunRecord]: ...
+        stop_reason: StopReason | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first; ``stop_reason`` keeps runs whose latest turn ended with it."""
+
+    @abc.abstractmethod
+    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
+        """The stored row of each run's latest turn, by run id (unknown ids are left out).
+
+        An open turn's row has no stop reason and not its usage so far: that lives in its fold.
+        """
 
     @abc.abstractmethod
     async def append(

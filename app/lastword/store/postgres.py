@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
@@ -149,6 +150,30 @@ def notice_channel(schema: str) -> str:
     channel = "lastword" if schema == "public" else f"lastword.{schema}"
     # Channel names are identifiers: at most 63 bytes.
     return channel if len(channel.encode()) <= 63 else f"lastword.{zlib.crc32(schema.encode()):08x}"
+
+
+def connect_failure(url: str) -> str | None:
+    """Why one connection to ``url`` cannot be opened (the server's own words), or None."""
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
+    except psycopg.Error as error:
+        return " ".join(str(error).split())
+    return None
+
+
+def missing_database(url: str, reason: str) -> bool:
+    return f'database "{conninfo_to_dict(url).get("dbname")}" does not exist' in reason
+
+
+def startup_failure(url: str, reason: str) -> str:
+    """The start-up error for an operator: what failed and, when it can tell, what to do."""
+    where = conninfo_to_dict(url)
+    host, port, name = where.get("host", "localhost"), where.get("port", "5432"), where.get("dbname")
+    if missing_database(url, reason):
+        user = f" -U {where['user']}" if where.get("user") else ""
+        return (f'the PostgreSQL database "{name}" does not exist on {host}:{port}; create it first '
+                f"(createdb -h {host} -p {port}{user} {name}, or CREATE DATABASE \"{name}\")")
+    return f"cannot connect to PostgreSQL at {host}:{port} at start-up: {reason}"
 
 
 class _Retry(Exception):
@@ -266,11 +291,16 @@ class PostgresStore(SqlStore):
         await run_in(self._threads, self._open)
 
     def _open(self) -> None:
+        # One plain connection first: the pool only says "initialization incomplete" after its
+        # time-out, and a database that does not exist will not start to exist meanwhile.
+        reason = connect_failure(self.url)
+        if reason is not None and missing_database(self.url, reason):
+            raise Unavailable(startup_failure(self.url, reason))
         try:
             self._pool.open(wait=True, timeout=POOL_TIMEOUT * 2)
         except PoolTimeout as error:
             self._pool.close()
-            raise Unavailable(f"cannot connect to PostgreSQL at start-up: {error}") from error
+            raise Unavailable(startup_failure(self.url, connect_failure(self.url) or str(error))) from None
         schema = self._transact("BEGIN", POOL_TIMEOUT, lambda tx: tx.one("SELECT current_schema()")[0])
         if schema is None:
             self._pool.close()

@@ -8,6 +8,7 @@ from typing import Any
 from lastword import lifecycle
 from lastword.errors import RunDeleted, RunNotFound, TurnNotFound
 from lastword.records import RunRecord, RunStatus, StoredEvent, TurnRecord
+from lastword.stop_reasons import StopReason
 from lastword.store.dialect import Dialect
 from lastword.store.retention import deleted_at
 from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, event_from_row, loads, run_from_row, turn_from_row
@@ -59,7 +60,7 @@ def stored_event_ids(tx: Tx, dialect: Dialect, run_id: str, events: Sequence[dic
 
 def list_runs(
     tx: Tx, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None, limit: int,
-    before_pk: int | None,
+    before_pk: int | None, stop_reason: StopReason | None = None,
 ) -> list[RunRecord]:
     where: list[str] = []
     params: list[Any] = []
@@ -67,6 +68,11 @@ def list_runs(
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
+    if stop_reason is not None:
+        # The stop reason of the run's latest turn; an open turn has none.
+        where.append("EXISTS (SELECT 1 FROM turns t WHERE t.run_id = runs.run_id "
+                     "AND t.turn = runs.turn AND t.stop_reason = ?)")
+        params.append(stop_reason)
     if before_pk is not None:
         where.append("pk < ?")
         params.append(before_pk)
@@ -75,6 +81,17 @@ def list_runs(
         sql += " WHERE " + " AND ".join(where)
     rows = tx.all(sql + " ORDER BY pk DESC LIMIT ?", (*params, limit))
     return [run_from_row(row) for row in rows]
+
+
+def current_turns(tx: Tx, run_ids: list[str]) -> dict[str, TurnRecord]:
+    """Each run's latest turn as stored, by run id, in one query for a page of runs."""
+    columns = ", ".join("t." + column.strip() for column in TURN_COLUMNS.split(","))
+    rows = tx.all(
+        f"SELECT {columns} FROM turns t JOIN runs r ON r.run_id = t.run_id AND r.turn = t.turn "
+        f"WHERE t.run_id IN ({','.join('?' * len(run_ids))})",
+        run_ids,
+    )
+    return {row[0]: turn_from_row(row) for row in rows}
 
 
 def events_after(

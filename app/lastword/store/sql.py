@@ -9,6 +9,7 @@ This module decides nothing about runs or turns; it sequences reads, decisions a
 from __future__ import annotations
 
 import abc
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -107,6 +108,7 @@ class SqlStore(Store):
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
+            accepted_types=dict(Counter(event["type"] for _, event in fresh)),
         )
 
     async def end_turn(
@@ -158,11 +160,15 @@ class SqlStore(Store):
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None,
-        limit: int, before_pk: int | None,
+        limit: int, before_pk: int | None, stop_reason: StopReason | None = None,
     ) -> list[RunRecord]:
         return await self._read(
-            reads.list_runs, parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk
+            reads.list_runs, parent_run_id=parent_run_id, status=status, agent=agent, limit=limit,
+            before_pk=before_pk, stop_reason=stop_reason,
         )
+
+    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
+        return await self._read(reads.current_turns, list(run_ids)) if run_ids else {}
 
     async def turn_result(self, run_id: str, turn: int | None) -> tuple[RunRecord, TurnRecord]:
         return await self._read(self._turn_result, run_id, turn)

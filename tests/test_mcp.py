@@ -1,0 +1,152 @@
+"""The MCP face (SPEC §15), driven by the official ``mcp`` SDK's client against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client._transport import Transport
+
+from lastword.demo import run_scenario
+from tests.servers import threaded_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def secured_url(make_settings: Any) -> Iterator[str]:
+    with threaded_server(make_settings(ingest_token="in-secret", read_token="read-secret")) as url:
+        yield url
+
+
+@asynccontextmanager
+async def mcp_client(base_url: str, token: str | None = None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
+        transport: Transport = streamable_http_client(f"{base_url}/mcp", http_client=http)
+        async with Client(transport) as client:
+            yield client
+
+
+def wait_for_parked_waiter(base_url: str) -> None:
+    """Return once the server reports a long poll parked on a turn end (bounded)."""
+    with httpx.Client(base_url=base_url) as http:
+        for _ in range(3000):
+            if "lastword_result_waiters 1.0" in http.get("/metrics").text:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the wait was never parked")
+
+
+def text_of(result: Any) -> str:
+    return "".join(block.text for block in result.content)
+
+
+def test_the_mcp_sdk_is_loaded_only_when_mcp_is_first_called() -> None:
+    """Building and serving the app does not import the MCP SDK (a restart stays fast)."""
+    code = ("import sys\nfrom lastword.main import create_app\ncreate_app()\n"
+            "print('mcp' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+async def test_tools_are_listed_with_descriptions_and_schemas(base_url: str) -> None:
+    """A parent sees the tools with descriptions written for a model and typed inputs."""
+    async with mcp_client(base_url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) >= {"wait_for_child_result", "list_child_runs", "start_child_run"}
+    wait = tools["wait_for_child_result"]
+    assert "partial" in (wait.description or "")
+    assert wait.input_schema["required"] == ["run_id"]
+    assert set(wait.input_schema["properties"]) == {"run_id", "wait_seconds", "turn"}
+
+
+async def test_wait_answers_the_rest_tool_result_for_a_child_cut_at_max_tokens(base_url: str) -> None:
+    """The parent waits over MCP while the child runs; it gets exactly the REST tool result."""
+    async with mcp_client(base_url) as client:
+        started = await client.call_tool("start_child_run", {"parent_run_id": "parent-1", "agent": "researcher"})
+        assert not started.is_error
+        child = started.structured_content["runId"]
+        async with anyio.create_task_group() as group:
+            answers: list[Any] = []
+
+            async def wait() -> None:
+                answers.append(await client.call_tool("wait_for_child_result", {"run_id": child, "wait_seconds": 60}))
+
+            group.start_soon(wait)
+            # The child plays only once the server holds the wait parked (its gauge says so).
+            await anyio.to_thread.run_sync(wait_for_parked_waiter, base_url)
+            await anyio.to_thread.run_sync(lambda: run_scenario("max-tokens-partial", base_url, run_id=child))
+        [result] = answers
+    with httpx.Client(base_url=base_url) as http:
+        rest = http.get(f"/v1/runs/{child}/tool-result").json()
+    assert result.is_error is True
+    assert [{"type": block.type, "text": block.text} for block in result.content] == rest["content"]
+    assert "max_tokens" in text_of(result).splitlines()[0]
+    assert "two pass a path, one passes a dict." in text_of(result)
+
+
+async def test_list_children_shows_status_and_stop_reason(base_url: str) -> None:
+    """Children of a parent are listed with status and, once ended, the stop reason."""
+    with httpx.Client(base_url=base_url) as http:
+        for run_id in ("kid-a", "kid-b"):
+            http.post("/v1/runs", json={"runId": run_id, "parentRunId": "boss", "agent": "worker"}).raise_for_status()
+        http.post("/v1/runs", json={"runId": "stranger"}).raise_for_status()
+        http.post("/v1/runs/kid-a/end", json={"stopReason": "cancelled"}).raise_for_status()
+    async with mcp_client(base_url) as client:
+        listed = (await client.call_tool("list_child_runs", {"parent_run_id": "boss"})).structured_content
+        running = (await client.call_tool("list_child_runs", {"parent_run_id": "boss", "status": "running"}))
+    children = {child["runId"]: child for child in listed["children"]}
+    assert set(children) == {"kid-a", "kid-b"}
+    assert children["kid-a"]["status"] == "ended"
+    assert children["kid-a"]["stopReason"] == "cancelled"
+    assert children["kid-a"]["isError"] is True
+    assert children["kid-b"]["status"] == "running"
+    assert "stopReason" not in children["kid-b"]
+    assert [child["runId"] for child in running.structured_content["children"]] == ["kid-b"]
+
+
+async def test_unknown_run_is_a_tool_error_naming_it(base_url: str) -> None:
+    """Waiting on a run that does not exist answers isError with the problem's text, at once."""
+    async with mcp_client(base_url) as client:
+        result = await client.call_tool("wait_for_child_result", {"run_id": "no-such-run", "wait_seconds": 30})
+    assert result.is_error is True
+    assert "no-such-run" in text_of(result)
+    assert "run_not_found" in text_of(result)
+
+
+async def test_still_running_after_the_wait_says_so_without_error(base_url: str) -> None:
+    """A wait that runs out while the child works is not an error, and says to call again."""
+    with httpx.Client(base_url=base_url) as http:
+        http.post("/v1/runs", json={"runId": "busy"}).raise_for_status()
+    async with mcp_client(base_url) as client:
+        result = await client.call_tool("wait_for_child_result", {"run_id": "busy", "wait_seconds": 0})
+    assert result.is_error is False
+    assert "still running" in text_of(result)
+
+
+async def test_tokens_apply_as_on_rest(secured_url: str) -> None:
+    """No token: 401 before MCP; read token: reads work, starting a child is refused; ingest token: all."""
+    async with httpx.AsyncClient() as http:
+        refused = await http.post(f"{secured_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                  headers={"accept": "application/json, text/event-stream"})
+    assert refused.status_code == 401
+    assert refused.headers["content-type"] == "application/problem+json"
+    async with mcp_client(secured_url, "read-secret") as client:
+        denied = await client.call_tool("start_child_run", {"agent": "x", "run_id": "not-made"})
+        assert denied.is_error is True and "ingest token" in text_of(denied)
+        missing = await client.call_tool("wait_for_child_result", {"run_id": "not-made", "wait_seconds": 0})
+        assert missing.is_error is True  # the refused start created nothing
+    async with mcp_client(secured_url, "in-secret") as client:
+        made = await client.call_tool("start_child_run", {"agent": "x", "run_id": "made"})
+        assert not made.is_error and made.structured_content["runId"] == "made"

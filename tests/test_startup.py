@@ -1,0 +1,31 @@
+"""Start-up failures an operator meets first, said in words that tell what to do."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from tests.conftest import POSTGRES_URL, require_postgres
+from tests.servers import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_missing_postgres_database_is_named_at_start_up() -> None:
+    """A PostgreSQL URL naming a database that does not exist stops start-up with a line that
+    names the database and says to create it (not the pool's "initialization incomplete")."""
+    require_postgres()
+    name = f"lw_missing_{uuid.uuid4().hex[:12]}"
+    url = urlunsplit(urlsplit(POSTGRES_URL)._replace(path=f"/{name}"))
+    server = ServerProcess({"LASTWORD_DATABASE_URL": url, "LASTWORD_LOG_LEVEL": "info"}, cwd=REPO)
+    with pytest.raises(RuntimeError, match="server exited"):
+        server.start(timeout=60)
+    log = server.log_path.read_text()
+    assert f'cannot start: the PostgreSQL database \\"{name}\\" does not exist' in log
+    assert "create it first" in log
+    assert "initialization incomplete" not in log
