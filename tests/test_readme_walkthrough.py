@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
+from psycopg import sql
+
+from tests.conftest import POSTGRES_URL, require_postgres
+from tests.servers import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
@@ -52,3 +61,39 @@ def test_the_walkthrough_runs_twice_in_a_row(base_url: str) -> None:
         assert not refusals, f"run {attempt}: refused: {refusals}"
         assert '"stopReason":"max_tokens"' in done.stdout.replace(" ", "")
         assert "event: subagent/start" in done.stdout  # the firehose from ?after=0
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(shutil.which("createdb") is None or shutil.which("curl") is None,
+                    reason="the block uses createdb and curl")
+def test_the_two_replica_block_runs_on_postgres() -> None:
+    """The README's "Two replicas on PostgreSQL, without Docker" block runs as written (on a
+    database of its own and free ports): the run played into one replica is followed to its
+    end on the other."""
+    require_postgres()
+    where = urlsplit(POSTGRES_URL)
+    if (where.hostname, where.port or 5432, where.username) != ("127.0.0.1", 5432, "postgres"):
+        pytest.skip("the block names the PostgreSQL at 127.0.0.1:5432 as user postgres")
+    section = README.read_text().split("## Two replicas on PostgreSQL, without Docker", 1)[1].split("\n## ", 1)[0]
+    [block] = BLOCK.findall(section)
+    database = f"lw_readme_{uuid.uuid4().hex[:12]}"
+    first, second = str(free_port()), str(free_port())
+    script = (block.replace("postgres lastword", f"postgres {database}").replace("5432/lastword", f"5432/{database}")
+              .replace("8001", first).replace("8002", second))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "LASTWORD_LOG_LEVEL": "warning"}
+    process = subprocess.Popen(["bash", "-c", "set -euo pipefail\n" + script], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the replicas, if the block did not stop them
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+    assert process.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    run = re.search(r'"runId":"(two-\d+)"', out)
+    assert run is not None, out
+    # tail either saw the run end live, or (if it connected after the end) its final snapshot.
+    assert f"[{run[1]}] end turn 1: completed" in out or f"[{run[1]}] turn 1 ended" in out, out

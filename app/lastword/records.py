@@ -31,7 +31,9 @@ class RunSpec:
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
 
 
-@dataclass(slots=True, frozen=True, kw_only=True)
+# Not frozen, unlike the other records: the state machine builds one per ingest request, and a
+# frozen dataclass takes twice as long to build. Nothing changes a record in place.
+@dataclass(slots=True, kw_only=True)
 class RunRecord:
     pk: int  # the store's key, 0 until the run is stored
     run_id: str
