@@ -38,6 +38,10 @@ async def _measure_one(
     snapshot.arm(subscribers)
     streams = await http.open_subscribers(server.url, [f"/v1/runs/{run_id}/stream"] * subscribers, watch)
     await snapshot.wait(60)
+    # Opening a thousand streams on a loaded machine can outlast the server's keep-alive
+    # time-out: the control connection would be closed under the first request.
+    conn.close()
+    conn = await http.connect(server.url)
     latencies: list[float] = []
     answers: list[float] = []
     try:
