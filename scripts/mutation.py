@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,10 +35,12 @@ PACKAGE = ROOT / "app" / "lastword"
 WORK = ROOT / "build" / "mutation"
 EQUIVALENTS = ROOT / "docs" / "MUTATION.md"
 
-DEFAULT_MODULES = ["fold", "tool_result", "stop_reasons", "events"]
+DEFAULT_MODULES = ["fold", "tool_result", "stop_reasons", "events", "transcript"]
 #: The fast unit tests of the rule modules: pure, no server, no database.
 DEFAULT_TESTS = [
     "tests/test_fold.py",
+    "tests/test_fold_join.py",
+    "tests/test_transcript.py",
     "tests/test_tool_result.py",
     "tests/test_stop_reasons.py",
     "tests/test_event_validation.py",
@@ -108,6 +111,9 @@ def main() -> int:
     for path in modules:
         if not (PACKAGE / path).is_file():
             parser.error(f"no module app/lastword/{path}")
+    # Every mutant runs the transcript's property test again: fewer examples keep the run short
+    # (the suite itself runs 400).
+    os.environ.setdefault("LASTWORD_TRANSCRIPT_EXAMPLES", "40")
     lay_out(modules, DEFAULT_TESTS + [test for test in args.tests if test not in DEFAULT_TESTS])
     run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)], cwd=WORK)
     if run.returncode != 0:

@@ -401,7 +401,8 @@ def test_axe_finds_no_accessibility_violation(browser: Any, tmp_path: Path) -> N
 
 def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: Path) -> None:
     """With tokens on, the page asks for the read token, then lists and streams with it; a reload
-    of the tab does not ask again, a new tab does; a wrong token is asked for again."""
+    of the tab does not ask again, a new tab does; a wrong token is asked for again; a cancelled
+    prompt leaves a notice saying what is needed."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0,
                         ingest_token="ingest-secret", read_token="read-secret")
     with threaded_server(settings) as url, httpx.Client(
@@ -436,6 +437,10 @@ def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: P
         fresh = Tab(browser, url + "/dashboard")
         try:
             expect(fresh.page.locator("#token-dialog")).to_be_visible()
+            expect(fresh.page.locator("#connection")).to_have_text("Needs a read token")
+            fresh.page.click("#token-cancel")
+            expect(fresh.page.locator("#notice")).to_contain_text("needs a read token")
+            expect(fresh.page.locator("#token-dialog")).to_be_hidden()
         finally:
             fresh.close()
 

@@ -287,6 +287,19 @@ def test_result_for_an_unknown_call_is_left_out() -> None:
         assert answer["omitted"] == [{"runId": RUN, "seq": 3, "reason": "unknown_tool_call"}]
 
 
+def test_a_call_id_repeated_within_one_message_is_left_out() -> None:
+    """Two calls with one id in the same message: the second is a duplicate."""
+    items = log([user("q"), assistant(call("c1"), call("c1", other=1)), result("c1")])
+    for answer in both(items).values():
+        assert answer["omitted"] == [{"runId": RUN, "seq": 3, "block": 1, "reason": "duplicate_tool_call"}]
+
+
+def test_refusals_of_one_message_are_joined_by_a_blank_line() -> None:
+    """Several refusal parts become one refusal string for OpenAI."""
+    items = log([user("q"), assistant({"type": "refusal", "text": "No."}, {"type": "refusal", "text": "Sorry."})])
+    assert both(items)["openai"]["messages"][1]["refusal"] == "No.\n\nSorry."
+
+
 def test_a_repeated_call_id_is_left_out_with_its_result() -> None:
     """Providers refuse repeated tool call ids: the second call and its result are listed."""
     duplicate = log([user("q"), assistant(call("c1")), result("c1"), assistant(call("c1")), result("c1")])
@@ -366,6 +379,22 @@ def test_a_repeated_result_block_in_a_user_message_is_already_answered() -> None
                  user([text("and"), {"type": "tool_result", "toolCallId": "c1", "content": "again"}])])
     for answer in both(items).values():
         assert answer["omitted"] == [{"runId": RUN, "seq": 5, "block": 1, "reason": "already_answered"}]
+
+
+def test_error_flag_of_a_result_block_in_a_user_message_is_kept() -> None:
+    """isError on a tool_result block of a user message is the Anthropic result's is_error."""
+    items = log([user("q"), assistant(call("c1")),
+                 user([{"type": "tool_result", "toolCallId": "c1", "content": "boom", "isError": True}])])
+    assert both(items)["anthropic"]["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1", "content": "boom", "is_error": True}]
+
+
+@pytest.mark.parametrize("content,reason", [([], "empty"), ([{"type": "step-start"}], "nothing_kept")])
+def test_user_message_of_blocks_that_convert_to_nothing_is_left_out(content: list[Event], reason: str) -> None:
+    """A user message whose blocks all go (or that has none) is listed as left out whole."""
+    for answer in both(log([user(content), user("real")])).values():
+        assert {"runId": RUN, "seq": 2, "reason": reason} in answer["omitted"]
+        assert len(answer["messages"]) == 1
 
 
 def test_user_message_of_only_results_is_not_listed() -> None:

@@ -30,6 +30,7 @@ Deliberate choices (the providers' documentation does not settle them; see docs/
 from __future__ import annotations
 
 import json
+from itertools import groupby
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -104,7 +105,6 @@ class _Answer:
 @dataclass(slots=True)
 class _Assistant:
     blocks: list[Block]  # the format's converted blocks
-    calls: list[str]
 
 
 @dataclass(slots=True)
@@ -267,15 +267,14 @@ class _History:
     def add_assistant(self, blocks: list[Block]) -> None:
         self.close_pending()
         calls = [block["id"] for block in blocks if block.get("type") == "tool_use"]
-        self.turns.append((_Assistant(blocks, calls), _Side()))
+        self.turns.append((_Assistant(blocks), _Side()))
         self.pending = dict.fromkeys(calls)
         self.calls_seen.update(calls)
 
     # -- events ----------------------------------------------------------------------------
 
     def assistant_message(self, item: LoggedEvent) -> None:
-        message = item.event.get("message") or {}
-        content = message.get("content") or []
+        content = item.event["message"]["content"]  # validated at ingest: a list of blocks
         kept: list[Block] = []
         ids_here: set[str] = set()
         for index, block in enumerate(content):
@@ -326,21 +325,20 @@ class _History:
         self.side.answers.append(answer)
 
     def user_message(self, item: LoggedEvent) -> None:
-        content = (item.event.get("message") or {}).get("content")
+        content = item.event["message"]["content"]  # validated at ingest: a string or a list of blocks
         if isinstance(content, str):
             if _visible(content):
                 self.side.users.append([{"type": "text", "text": content}])
             else:
                 self.omit(item, "blank_text" if content else "empty")
             return
-        blocks = content if isinstance(content, list) else []
+        blocks: list[Block] = content
         kept: list[Block] = []
-        answered = False
+        answers = [block for block in blocks if block.get("type") == "tool_result"]
         for index, block in enumerate(blocks):
             if block.get("type") == "tool_result":
                 # A provider-style user message carrying results answers the calls it names.
                 self.tool_answer(item, block.get("toolCallId"), block.get("content"), block.get("isError"), index)
-                answered = True
                 continue
             converted = self.rules.user_block(block)
             if isinstance(converted, str):
@@ -349,7 +347,7 @@ class _History:
                 kept.append(converted)
         if kept:
             self.side.users.append(kept)
-        elif not answered:
+        elif not answers:
             self.omit(item, "nothing_kept" if blocks else "empty")
 
     def streamed_text(self, text: str) -> None:
@@ -359,29 +357,22 @@ class _History:
 
 def _neutral(items: Iterable[LoggedEvent], rules: _Rules) -> _History:
     history = _History(rules)
-    fold: TurnFold | None = None
-    key: tuple[str, int] | None = None
-
-    def end_of_turn() -> None:
-        text = fold.streamed_text() if fold is not None else None
+    # A turn is told apart by run and number: a fork's inherited turns and its own differ.
+    for _, turn in groupby(items, key=lambda item: (item.run_id, item.turn)):
+        fold = TurnFold()  # asked, at the turn's end, whether its output is its streamed text
+        for item in turn:
+            fold.push(item.event)
+            event = item.event
+            kind = event.get("type")
+            if kind == "assistant/message":
+                history.assistant_message(item)
+            elif kind == "tool/result":
+                history.tool_answer(item, event.get("toolCallId"), event.get("content"), event.get("isError"))
+            elif kind == "user/message":
+                history.user_message(item)
+        text = fold.streamed_text()
         if text is not None:
             history.streamed_text(text)
-
-    for item in items:
-        if (item.run_id, item.turn) != key:
-            end_of_turn()
-            key, fold = (item.run_id, item.turn), TurnFold()
-        assert fold is not None
-        fold.push(item.event)
-        kind = item.event.get("type")
-        if kind == "assistant/message":
-            history.assistant_message(item)
-        elif kind == "tool/result":
-            event = item.event
-            history.tool_answer(item, event.get("toolCallId"), event.get("content"), event.get("isError"))
-        elif kind == "user/message":
-            history.user_message(item)
-    end_of_turn()
     history.close_pending()
     return history
 
@@ -409,7 +400,7 @@ def _anthropic_messages(history: _History) -> tuple[list[dict[str, Any]], list[d
                 content = INTERRUPTED_TEXT if answer.repair == "interrupted_tool_call" else EMPTY_RESULT_TEXT
                 inserted.append({"index": len(messages), "reason": answer.repair, "toolCallId": answer.call_id})
             block: Block = {"type": "tool_result", "tool_use_id": answer.call_id, "content": content}
-            if answer.is_error or answer.repair == "interrupted_tool_call":
+            if answer.is_error:  # interrupted answers are errors too
                 block["is_error"] = True
             blocks.append(block)
         for user in side.users:
