@@ -32,7 +32,10 @@ SCENARIOS = {
     "e": "bench.idle",
     "f": "bench.fold",
     "g": "bench.restart",
-    "h": "bench.fleet",
+    "h": "bench.adapter",
+    "i": "bench.loop_stall",
+    "j": "bench.fleet",
+    "w": "bench.webhooks",
 }
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -41,7 +44,8 @@ DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmark lastword against real servers on loopback (issues 4 and 15, scenarios a-h).",
+        description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; "
+                    "issue 8, h; i; issue 15, j; webhooks, w).",
         epilog="example: python -m bench --quick --only a,b",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a CI smoke run (well under 2 minutes)")

@@ -1,4 +1,4 @@
-"""(h) A fleet: N children streaming small deltas through the client library, watched.
+"""(j) A fleet: N children streaming small deltas through the client library, watched.
 
 Each child is a run fed by the client's streaming producer (``AsyncLastwordClient.pusher``,
 linger ``LINGER``): every ``1 / RATE`` seconds one ticker pushes a delta of four characters to
@@ -172,6 +172,6 @@ async def _measure(ctx: Context, result: Result) -> None:
 
 
 def run(ctx: Context) -> Result:
-    result = Result("h", TITLE)
+    result = Result("j", TITLE)
     http.run(_measure(ctx, result))
     return result

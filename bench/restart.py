@@ -11,8 +11,9 @@ started on it. Ten runs share the events:
   ``timeout``, rebuilding its fold before the service reports ready).
 
 Two times: start → ``/readyz`` 200, and start → every run's result read and right. "Right"
-is checked against :class:`bench.workload.ExpectedOutput`, the selection rule written again
-independently, fed with the events as they were generated. In a full run a third log holds
+is checked against :class:`tests.reference.ReferenceTurn`, the selection rule written again
+independently of ``lastword`` (the one reference the tests use too), fed with the events as
+they were generated. In a full run a third log holds
 1M deltas in a single open turn (the worst case for a fold rebuild).
 """
 
@@ -28,7 +29,8 @@ from bench import http
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
-from bench.workload import ExpectedOutput, delta_blocks, mixed_events
+from bench.workload import delta_blocks, mixed_events
+from tests.reference import ReferenceTurn
 
 TITLE = "Restart: process start to ready, and open turns' results after it"
 RUNS = 10
@@ -60,7 +62,7 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
         for number, (run_id, kind, fate, count) in enumerate(plan):
             service = hour_ago if fate == "expired" else now
             await service.create(RunCreate(runId=run_id, leaseSeconds=600 if fate == "expired" else 3600))
-            rule = ExpectedOutput()
+            rule = ReferenceTurn()
             if kind == "deltas":
                 blocks = delta_blocks(count, seed=100 + number, block=1000)
             else:

@@ -98,35 +98,3 @@ def ndjson(events: Sequence[Event]) -> bytes:
 def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
     return [events[i:i + size] for i in range(0, len(events), size)]
 
-
-class ExpectedOutput:
-    """SPEC §5 read afresh, without ``lastword.fold``: the result a turn's events must select.
-
-    Written separately from the service on purpose, so that a restart check compares the
-    service with the rule and not with itself.
-    """
-
-    def __init__(self) -> None:
-        self.selected: list[dict[str, Any]] | None = None
-        self.text: list[str] = []
-
-    @staticmethod
-    def _counts(block: dict[str, Any]) -> bool:
-        kind = block.get("type")
-        if kind == "text":
-            return bool(str(block.get("text", "")).strip())
-        return kind not in ("tool_result", "step-start", "step-finish", "patch")
-
-    def add(self, event: Event) -> None:
-        if event["type"] == "assistant/message":
-            content = event["message"].get("content") or []
-            if any(self._counts(block) for block in content):
-                self.selected = [block for block in content if self._counts(block)]
-        elif event["type"] == "assistant/chunk" and event["delta"].get("type") == "text":
-            self.text.append(event["delta"]["text"])
-
-    def output(self) -> list[dict[str, Any]]:
-        if self.selected is not None:
-            return self.selected
-        joined = "".join(self.text)
-        return [{"type": "text", "text": joined}] if joined.strip() else []

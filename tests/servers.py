@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,10 +27,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def threaded_server(settings: Settings) -> Iterator[str]:
-    """Serve ``create_app(settings)`` with uvicorn on a free port; yields the base URL."""
+def threaded_server(settings: Settings, clock: Callable[[], float] = time.time) -> Iterator[str]:
+    """Serve ``create_app(settings, clock=clock)`` with uvicorn on a free port; yields the base URL."""
     port = free_port()
-    config = uvicorn_config(settings, host="127.0.0.1", port=port, log_level="warning",
+    config = uvicorn_config(settings, clock=clock, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=1)
     server = LastwordServer(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -12,16 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.api_helpers import (
-    assert_problem,
-    chunk,
-    ingested,
-    logged,
-    message,
-    serving,
-    shared_api,
-    shared_base_url,
-)
+from tests.api_helpers import assert_problem, ingested, logged, serving, shared_api, shared_base_url
+from tests.builders import chunk, create_run, message
 from tests.conftest import BACKENDS
 
 __all__ = ["shared_api", "shared_base_url"]  # fixtures, imported for pytest to find
@@ -39,12 +31,6 @@ def api(shared_api: httpx.Client) -> httpx.Client:
 
 NDJSON = {"content-type": "application/x-ndjson"}
 TEXT = {"content-type": "text/plain; charset=utf-8"}
-
-
-def create(api: httpx.Client, **body: Any) -> str:
-    response = api.post("/v1/runs", json=body)
-    assert response.status_code == 201, response.text
-    return str(response.json()["runId"])
 
 
 def ndjson(*events: Any) -> bytes:
@@ -65,7 +51,7 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 10) -> Non
 
 def test_a_single_event_object(api: httpx.Client) -> None:
     """A JSON object body is one event, stored exactly as sent, every field kept."""
-    run_id = create(api)
+    run_id = create_run(api)
     event = {"type": "assistant/message", "eventId": "m1", "ts": "2024-05-01T10:00:00Z",
              "message": {"id": "msg_1", "content": [{"type": "text", "text": "hi", "cite": [1]}],
                          "extra": {"kept": True}}}
@@ -77,7 +63,7 @@ def test_a_single_event_object(api: httpx.Client) -> None:
 
 def test_an_array_of_events(api: httpx.Client) -> None:
     """A JSON array body stores every event in order and answers the last seq."""
-    run_id = create(api)
+    run_id = create_run(api)
     batch = [
         {"type": "step/start", "anything": 1},
         chunk("a"),
@@ -127,7 +113,7 @@ def test_an_array_of_events(api: httpx.Client) -> None:
 )
 def test_one_bad_event_refuses_the_batch(api: httpx.Client, bad: Any, field: str) -> None:
     """A batch with one bad event is 422 invalid_event naming its index and field, and stores nothing."""
-    run_id = create(api)
+    run_id = create_run(api)
     response = api.post(f"/v1/runs/{run_id}/events", json=[chunk("a"), message("b"), bad, chunk("c")])
     problem = assert_problem(response, 422, "invalid_event")
     assert problem["index"] == 2
@@ -138,14 +124,14 @@ def test_one_bad_event_refuses_the_batch(api: httpx.Client, bad: Any, field: str
 
 def test_an_empty_batch_is_refused(api: httpx.Client) -> None:
     """An empty JSON array is 422: there is nothing to accept."""
-    run_id = create(api)
+    run_id = create_run(api)
     assert_problem(api.post(f"/v1/runs/{run_id}/events", json=[]), 422, "empty_batch")
 
 
 @pytest.mark.parametrize("body", [b"{", b"[{\"type\": \"step/start\"},", b"", b"nope", b"\xff\xfe"])
 def test_malformed_json_is_400(api: httpx.Client, body: bytes) -> None:
     """A body that is not JSON is 400 malformed_json and stores nothing."""
-    run_id = create(api)
+    run_id = create_run(api)
     response = api.post(f"/v1/runs/{run_id}/events", content=body, headers={"content-type": "application/json"})
     assert_problem(response, 400, "malformed_json")
     assert ingested(api, run_id) == []
@@ -158,7 +144,7 @@ def test_malformed_json_is_400(api: httpx.Client, body: bytes) -> None:
 )
 def test_wrong_content_type_is_415(api: httpx.Client, path: str, content_type: str) -> None:
     """A body of a media type the endpoint does not take is 415 and stores nothing."""
-    run_id = create(api)
+    run_id = create_run(api)
     body = orjson.dumps({"type": "step/start", "stopReason": "completed"})
     response = api.post(f"/v1/runs/{run_id}{path}", content=body, headers={"content-type": content_type})
     assert_problem(response, 415, "unsupported_media_type")
@@ -206,7 +192,7 @@ def test_body_over_the_limit_is_413(
     small_api: httpx.Client, path: str, content_type: str, body: bytes, chunked: bool
 ) -> None:
     """A body over the configured limit is 413, whether declared by Content-Length or streamed."""
-    run_id = create(small_api)
+    run_id = create_run(small_api)
 
     def pieces() -> Iterator[bytes]:
         for start in range(0, len(body), 100):
@@ -226,7 +212,7 @@ def test_body_over_the_limit_is_413(
 
 def test_json_over_the_limit_stores_nothing_even_streamed(small_api: httpx.Client) -> None:
     """A streamed JSON body cut off by the limit stores nothing (all or nothing)."""
-    run_id = create(small_api)
+    run_id = create_run(small_api)
     body = orjson.dumps([chunk("x" * 100) for _ in range(20)])
     response = small_api.post(f"/v1/runs/{run_id}/events", content=iter([body[:600], body[600:]]),
                               headers={"content-type": "application/json"})
@@ -236,7 +222,7 @@ def test_json_over_the_limit_stores_nothing_even_streamed(small_api: httpx.Clien
 
 def test_ndjson_over_the_limit_keeps_what_came_before(small_api: httpx.Client, small_base_url: str) -> None:
     """A streamed NDJSON body that passes the limit keeps the lines before it and says how many."""
-    run_id = create(small_api)
+    run_id = create_run(small_api)
     lines = [ndjson(chunk(f"{i}" * 100)) for i in range(20)]
 
     def body() -> Iterator[bytes]:
@@ -264,7 +250,7 @@ def test_ndjson_over_the_limit_keeps_what_came_before(small_api: httpx.Client, s
 
 def test_ndjson_is_applied_while_the_body_streams(api: httpx.Client, base_url: str) -> None:
     """NDJSON lines are stored as they arrive: another client reads them before the body ends."""
-    run_id = create(api)
+    run_id = create_run(api)
     seen_first = threading.Event()
     outcome: dict[str, Any] = {}
 
@@ -299,7 +285,7 @@ def test_ndjson_is_applied_while_the_body_streams(api: httpx.Client, base_url: s
 
 def test_ndjson_accepts_blank_lines_crlf_and_a_last_line_without_newline(api: httpx.Client) -> None:
     """Blank lines are skipped, CRLF line ends work, and a final line needs no newline."""
-    run_id = create(api)
+    run_id = create_run(api)
     body = b"\n" + orjson.dumps(chunk("a")) + b"\r\n\r\n" + orjson.dumps(chunk("b"))
     response = api.post(f"/v1/runs/{run_id}/events", content=body, headers=NDJSON)
     assert response.status_code == 200, response.text
@@ -310,7 +296,7 @@ def test_ndjson_accepts_blank_lines_crlf_and_a_last_line_without_newline(api: ht
 @pytest.mark.parametrize("streamed", [False, True], ids=["one-piece", "line-by-line"])
 def test_ndjson_bad_line_keeps_the_lines_before_it(api: httpx.Client, streamed: bool) -> None:
     """A bad NDJSON line stores the lines before it (not after) and the problem says what was kept."""
-    run_id = create(api)
+    run_id = create_run(api)
     lines = [ndjson(chunk("a")), b"\n", ndjson(chunk("b")), ndjson({"type": "assistant/chunk"}), ndjson(chunk("c"))]
     content: Any = iter(lines) if streamed else b"".join(lines)
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", content=content, headers=NDJSON),
@@ -325,7 +311,7 @@ def test_ndjson_bad_line_keeps_the_lines_before_it(api: httpx.Client, streamed: 
 
 def test_ndjson_malformed_line_is_400_naming_it(api: httpx.Client) -> None:
     """An NDJSON line that is not JSON is 400 naming the line, after storing the lines before it."""
-    run_id = create(api)
+    run_id = create_run(api)
     body = ndjson(chunk("a")) + b'{"type": "assistant/chunk", \n' + ndjson(chunk("c"))
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", content=body, headers=NDJSON),
                              400, "malformed_json")
@@ -338,7 +324,7 @@ def test_ndjson_malformed_line_is_400_naming_it(api: httpx.Client) -> None:
 
 def test_ndjson_event_id_conflict_keeps_the_lines_before_it(api: httpx.Client) -> None:
     """A line reusing an eventId for other content is 409 naming it; the lines before it stay stored."""
-    run_id = create(api)
+    run_id = create_run(api)
     api.post(f"/v1/runs/{run_id}/events", json=chunk("first", "e1")).raise_for_status()
     body = ndjson(chunk("a"), chunk("b"), chunk("other", "e1"), chunk("c"))
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", content=body, headers=NDJSON),
@@ -351,7 +337,7 @@ def test_ndjson_event_id_conflict_keeps_the_lines_before_it(api: httpx.Client) -
 
 def test_ndjson_lines_after_a_turn_end_are_refused(api: httpx.Client) -> None:
     """NDJSON lines after a turn/end are 409 run_ended; the turn/end and the lines before it are stored."""
-    run_id = create(api)
+    run_id = create_run(api)
     body = ndjson(message("done"), {"type": "turn/end", "stopReason": "completed"}, chunk("late"))
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", content=body, headers=NDJSON), 409, "run_ended")
     assert problem["index"] == 2
@@ -364,7 +350,7 @@ def test_ndjson_lines_after_a_turn_end_are_refused(api: httpx.Client) -> None:
 
 def test_json_batch_with_events_after_its_turn_end_stores_nothing(api: httpx.Client) -> None:
     """A JSON batch holding events after its own turn/end is refused whole (409 run_ended)."""
-    run_id = create(api)
+    run_id = create_run(api)
     batch = [message("done"), {"type": "turn/end", "stopReason": "completed"}, chunk("late")]
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", json=batch), 409, "run_ended")
     assert problem["index"] == 2
@@ -374,7 +360,7 @@ def test_json_batch_with_events_after_its_turn_end_stores_nothing(api: httpx.Cli
 
 def test_ndjson_without_any_event_is_refused(api: httpx.Client) -> None:
     """An NDJSON body of blank lines holds no event: 422."""
-    run_id = create(api)
+    run_id = create_run(api)
     assert_problem(api.post(f"/v1/runs/{run_id}/events", content=b"\n\n", headers=NDJSON), 422, "empty_batch")
 
 
@@ -383,7 +369,7 @@ def test_ndjson_without_any_event_is_refused(api: httpx.Client) -> None:
 
 def test_text_chunks_split_inside_characters_are_stored_exactly(api: httpx.Client, base_url: str) -> None:
     """Multi-byte characters split across body pieces are reassembled: the stored text is exact."""
-    run_id = create(api)
+    run_id = create_run(api)
     text = "a€b😀c"
     raw = text.encode()
     # Every piece ends inside a character: a decoder that is not incremental fails on each.
@@ -407,7 +393,7 @@ def test_text_chunks_split_inside_characters_are_stored_exactly(api: httpx.Clien
 
 def test_text_body_in_one_piece(api: httpx.Client) -> None:
     """A whole text/plain body is stored as text, white space and newlines kept."""
-    run_id = create(api)
+    run_id = create_run(api)
     text = "  line one\n\tline two €\n"
     response = api.post(f"/v1/runs/{run_id}/chunks", content=text.encode(), headers={"content-type": "text/plain"})
     assert response.status_code == 200
@@ -419,7 +405,7 @@ def test_text_body_in_one_piece(api: httpx.Client) -> None:
 @pytest.mark.parametrize("body", [b"ok\xff", b"\xc3\x28", b"trailing \xe2\x82"], ids=["bad-byte", "bad-pair", "cut"])
 def test_invalid_utf8_is_400(api: httpx.Client, body: bytes) -> None:
     """A text/plain body that is not UTF-8 is 400 invalid_utf8."""
-    run_id = create(api)
+    run_id = create_run(api)
     problem = assert_problem(api.post(f"/v1/runs/{run_id}/chunks", content=body, headers=TEXT), 400, "invalid_utf8")
     stored = ingested(api, run_id)
     assert problem["accepted"] == len(stored)
@@ -429,7 +415,7 @@ def test_invalid_utf8_is_400(api: httpx.Client, body: bytes) -> None:
 
 def test_empty_text_body_stores_nothing(api: httpx.Client) -> None:
     """An empty text/plain body accepts nothing and answers the run's current lastSeq."""
-    run_id = create(api)
+    run_id = create_run(api)
     api.post(f"/v1/runs/{run_id}/events", json=chunk("x")).raise_for_status()
     response = api.post(f"/v1/runs/{run_id}/chunks", content=b"", headers=TEXT)
     assert response.status_code == 200
@@ -439,7 +425,7 @@ def test_empty_text_body_stores_nothing(api: httpx.Client) -> None:
 
 def test_json_text_form(api: httpx.Client) -> None:
     """/chunks takes JSON {text, eventId?}: one text delta, deduplicated by eventId."""
-    run_id = create(api)
+    run_id = create_run(api)
     response = api.post(f"/v1/runs/{run_id}/chunks", json={"text": "hello ", "eventId": "c1"})
     assert response.json() == {"accepted": 1, "duplicates": 0, "lastSeq": 2}
     again = api.post(f"/v1/runs/{run_id}/chunks", json={"text": "hello ", "eventId": "c1"})
@@ -456,7 +442,7 @@ def test_json_text_form(api: httpx.Client) -> None:
 
 def test_repeated_event_id_with_same_content_is_a_duplicate(api: httpx.Client) -> None:
     """An event sent again with its eventId is counted in duplicates and stored once."""
-    run_id = create(api)
+    run_id = create_run(api)
     batch = [chunk("a", "e1"), message("b", event_id="e2")]
     assert api.post(f"/v1/runs/{run_id}/events", json=batch).json() == {"accepted": 2, "duplicates": 0, "lastSeq": 3}
     again = api.post(f"/v1/runs/{run_id}/events", json=[*batch, chunk("c", "e3")])
@@ -467,7 +453,7 @@ def test_repeated_event_id_with_same_content_is_a_duplicate(api: httpx.Client) -
 
 def test_repeated_event_id_with_other_content_conflicts(api: httpx.Client) -> None:
     """An eventId reused for other content is 409 event_id_conflict, and nothing of the batch is stored."""
-    run_id = create(api)
+    run_id = create_run(api)
     api.post(f"/v1/runs/{run_id}/events", json=chunk("a", "e1")).raise_for_status()
     problem = assert_problem(
         api.post(f"/v1/runs/{run_id}/events", json=[chunk("new", "e2"), chunk("changed", "e1")]),
@@ -480,7 +466,7 @@ def test_repeated_event_id_with_other_content_conflicts(api: httpx.Client) -> No
 
 def test_duplicates_inside_one_batch(api: httpx.Client) -> None:
     """The same event twice in one batch is stored once; the same id with other content is 409."""
-    run_id = create(api)
+    run_id = create_run(api)
     response = api.post(f"/v1/runs/{run_id}/events", json=[chunk("a", "e1"), chunk("a", "e1"), chunk("b")])
     assert response.json() == {"accepted": 2, "duplicates": 1, "lastSeq": 3}
     problem = assert_problem(
@@ -492,7 +478,7 @@ def test_duplicates_inside_one_batch(api: httpx.Client) -> None:
 
 def test_retried_batch_after_the_end_answers_duplicates(api: httpx.Client) -> None:
     """A batch retried after its turn/end ended the turn still answers 200, all duplicates."""
-    run_id = create(api)
+    run_id = create_run(api)
     batch = [message("done", event_id="m1"), {"type": "turn/end", "stopReason": "completed", "eventId": "end"}]
     first = api.post(f"/v1/runs/{run_id}/events", json=batch)
     assert first.json() == {"accepted": 2, "duplicates": 0, "lastSeq": 4}
@@ -508,7 +494,7 @@ def test_retried_batch_after_the_end_answers_duplicates(api: httpx.Client) -> No
 
 def test_event_ids_are_scoped_to_their_run(api: httpx.Client) -> None:
     """The same eventId in two runs is two events."""
-    first, second = create(api), create(api)
+    first, second = create_run(api), create_run(api)
     for run_id in (first, second):
         response = api.post(f"/v1/runs/{run_id}/events", json=chunk("a", "shared"))
         assert response.json()["accepted"] == 1
@@ -519,7 +505,7 @@ def test_event_ids_are_scoped_to_their_run(api: httpx.Client) -> None:
 
 def test_seq_is_gap_free_and_pages(api: httpx.Client) -> None:
     """seq counts 1, 2, 3… across batches, refusals and duplicates; ?after and ?limit page it exactly."""
-    run_id = create(api)
+    run_id = create_run(api)
     answers = [
         api.post(f"/v1/runs/{run_id}/events", json=[chunk("a", "1"), chunk("b")]),
         api.post(f"/v1/runs/{run_id}/events", json=[chunk("c"), {"type": "bogus"}]),  # refused
@@ -554,13 +540,13 @@ def test_seq_is_gap_free_and_pages(api: httpx.Client) -> None:
 @pytest.mark.parametrize("params", [{"after": -1}, {"limit": 0}, {"limit": -5}, {"after": 2**70}])
 def test_events_paging_refuses_bad_parameters(api: httpx.Client, params: dict[str, Any]) -> None:
     """A negative or oversized after, or a limit out of range, is 422."""
-    run_id = create(api)
+    run_id = create_run(api)
     assert_problem(api.get(f"/v1/runs/{run_id}/events", params=params), 422, "validation_error")
 
 
 def test_concurrent_producers_get_distinct_gap_free_seqs(api: httpx.Client, base_url: str) -> None:
     """Batches sent at once by several producers interleave whole, with seqs 1..N and none lost."""
-    run_id = create(api)
+    run_id = create_run(api)
     start = threading.Barrier(4)
     answers: list[httpx.Response] = []
 

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import base64
-import time
 import uuid
-from datetime import datetime
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.api_helpers import (
-    assert_problem,
-    chunk,
-    create,
-    logged,
-    message,
-    of_type,
-    result,
-    shared_api,
-    shared_base_url,
-    text,
-)
+from tests.api_helpers import assert_problem, logged, of_type, result, shared_api, shared_base_url
+from tests.builders import chunk, create_run, message, new_run, text
+from tests.clock import ManualClock
 from tests.servers import threaded_server
 
 __all__ = ["shared_api", "shared_base_url"]  # fixtures, imported for pytest to find
@@ -73,7 +64,7 @@ def test_create_without_run_id_makes_one(shared_api: httpx.Client) -> None:
 
 def test_service_made_ids_sort_in_creation_order(shared_api: httpx.Client) -> None:
     """Ids the service makes for runs created one after another sort in that order."""
-    ids = [create(shared_api)["runId"] for _ in range(40)]
+    ids = [create_run(shared_api) for _ in range(40)]
     assert len(set(ids)) == len(ids)
     assert sorted(ids) == ids
 
@@ -85,7 +76,7 @@ def test_create_round_trips_every_field(shared_api: httpx.Client) -> None:
         "metadata": {"task": "find", "depth": 2, "tags": ["a", "b"], "nested": {"x": None}},
         "leaseSeconds": 12.5,
     }
-    run = create(shared_api, **body)
+    run = new_run(shared_api, **body)
     fetched = shared_api.get(f"/v1/runs/{body['runId']}").json()
     for found in (run, fetched):
         assert {key: found[key] for key in body} == body
@@ -96,7 +87,7 @@ def test_create_round_trips_every_field(shared_api: httpx.Client) -> None:
 def test_create_is_idempotent_for_the_same_body(shared_api: httpx.Client) -> None:
     """Creating an existing runId with the same body answers 200 with the same run, once."""
     body = {"runId": uid("same"), "agent": "a", "metadata": {"k": 1}, "leaseSeconds": 30}
-    first = create(shared_api, **body)
+    first = new_run(shared_api, **body)
     again = shared_api.post("/v1/runs", json=body)
     assert again.status_code == 200
     assert again.json()["runId"] == body["runId"]
@@ -107,7 +98,7 @@ def test_create_is_idempotent_for_the_same_body(shared_api: httpx.Client) -> Non
 def test_create_with_a_different_body_conflicts(shared_api: httpx.Client) -> None:
     """Creating an existing runId with another body is 409 run_exists, and the run is unchanged."""
     run_id = uid("taken")
-    create(shared_api, runId=run_id, agent="a", metadata={"k": 1})
+    new_run(shared_api, runId=run_id, agent="a", metadata={"k": 1})
     for other in ({"agent": "b"}, {"agent": "a", "metadata": {"k": 2}}, {"agent": "a", "metadata": {"k": 1},
                                                                           "mode": "continuable"}):
         response = shared_api.post("/v1/runs", json={"runId": run_id, **other})
@@ -164,17 +155,17 @@ def test_unknown_run_is_404(shared_api: httpx.Client, method: str, path: str) ->
 
 def test_list_is_newest_first(api: httpx.Client) -> None:
     """GET /v1/runs lists runs newest first, service-made and chosen ids alike."""
-    made = [create(api, runId=f"r{i}")["runId"] for i in range(3)] + [create(api)["runId"]]
+    made = [create_run(api, runId=f"r{i}") for i in range(3)] + [create_run(api)]
     assert [run["runId"] for run in api.get("/v1/runs").json()["runs"]] == made[::-1]
 
 
 def test_list_filters_by_parent_status_and_agent(api: httpx.Client) -> None:
     """parentRunId, status and agent each narrow the list, and they combine."""
-    create(api, runId="p", agent="boss")
-    create(api, runId="c1", parentRunId="p", agent="x")
-    create(api, runId="c2", parentRunId="p", agent="y")
-    create(api, runId="c3", parentRunId="other", agent="x")
-    create(api, runId="c4", parentRunId="p", agent="x", mode="continuable")
+    new_run(api, runId="p", agent="boss")
+    new_run(api, runId="c1", parentRunId="p", agent="x")
+    new_run(api, runId="c2", parentRunId="p", agent="y")
+    new_run(api, runId="c3", parentRunId="other", agent="x")
+    new_run(api, runId="c4", parentRunId="p", agent="x", mode="continuable")
     assert end(api, "c2", "completed").status_code == 200
     assert end(api, "c4", "completed").status_code == 200
 
@@ -196,7 +187,7 @@ def test_list_filters_by_parent_status_and_agent(api: httpx.Client) -> None:
 @pytest.mark.parametrize("count", [8, 9])
 def test_list_pages_without_overlap_or_gap(api: httpx.Client, count: int) -> None:
     """limit and nextCursor walk the whole list once, in order; only the last page has no nextCursor."""
-    made = [create(api, runId=f"r{i:02}")["runId"] for i in range(count)]
+    made = [create_run(api, runId=f"r{i:02}") for i in range(count)]
     pages: list[list[str]] = []
     cursor: str | None = None
     for _ in range(10):
@@ -215,7 +206,7 @@ def test_list_pages_without_overlap_or_gap(api: httpx.Client, count: int) -> Non
 def test_list_pages_with_a_filter(api: httpx.Client) -> None:
     """Paging keeps the filter: every page holds only matching runs, none twice."""
     for i in range(7):
-        create(api, runId=f"r{i}", agent="even" if i % 2 == 0 else "odd")
+        new_run(api, runId=f"r{i}", agent="even" if i % 2 == 0 else "odd")
     first = api.get("/v1/runs", params={"agent": "even", "limit": 2}).json()
     second = api.get("/v1/runs", params={"agent": "even", "limit": 2, "cursor": first["nextCursor"]}).json()
     assert [run["runId"] for run in first["runs"] + second["runs"]] == ["r6", "r4", "r2", "r0"]
@@ -234,11 +225,11 @@ def test_list_refuses_a_bad_cursor(shared_api: httpx.Client, cursor: str) -> Non
 def test_list_filters_by_the_latest_turns_stop_reason(api: httpx.Client) -> None:
     """stopReason keeps runs whose latest turn ended with it (aliases were normalised at the end);
     a run whose latest turn is open, or ended otherwise, is left out, and paging keeps the filter."""
-    create(api, runId="t1")
-    create(api, runId="t2")
-    create(api, runId="c1")
-    create(api, runId="open")
-    create(api, runId="again", mode="continuable")
+    new_run(api, runId="t1")
+    new_run(api, runId="t2")
+    new_run(api, runId="c1")
+    new_run(api, runId="open")
+    new_run(api, runId="again", mode="continuable")
     assert end(api, "t1", "max_output_tokens").status_code == 200
     assert end(api, "t2", "length").status_code == 200
     assert end(api, "c1", "canceled").status_code == 200
@@ -262,11 +253,11 @@ def test_list_filters_by_the_latest_turns_stop_reason(api: httpx.Client) -> None
 def test_list_includes_each_runs_latest_turn_on_request(api: httpx.Client) -> None:
     """include=result adds the latest turn without its output: stop reason, isError, usage and
     error of an ended turn; an open turn says running and gives no usage; without it, no result."""
-    create(api, runId="done")
+    new_run(api, runId="done")
     usage = {"inputTokens": 7, "outputTokens": 3}
     assert api.post("/v1/runs/done/events", json=[message("partial", usage=usage)]).status_code == 200
     assert api.post("/v1/runs/done/end", json={"stopReason": "error", "error": {"message": "boom"}}).status_code == 200
-    create(api, runId="busy")
+    new_run(api, runId="busy")
     assert api.post("/v1/runs/busy/events", json=[chunk("streaming")]).status_code == 200
 
     runs = {run["runId"]: run for run in api.get("/v1/runs", params={"include": "result"}).json()["runs"]}
@@ -299,7 +290,7 @@ def test_list_refuses_bad_parameters(shared_api: httpx.Client, params: dict[str,
 def test_creation_logs_subagent_start(shared_api: httpx.Client) -> None:
     """The log of a new run opens with subagent/start for turn 1, naming the run, parent and agent."""
     run_id, parent = uid("kid"), uid("mum")
-    create(shared_api, runId=run_id, parentRunId=parent, agent="helper")
+    new_run(shared_api, runId=run_id, parentRunId=parent, agent="helper")
     [first] = logged(shared_api, run_id)
     assert (first["seq"], first["turn"]) == (1, 1)
     start = first["event"]
@@ -313,7 +304,7 @@ def test_end_by_post(shared_api: httpx.Client) -> None:
     """POST /end ends the turn: the result, the run's status and the logged subagent/end agree."""
     api = shared_api
     parent = uid("parent")
-    run_id = create(api, agent="a", parentRunId=parent)["runId"]
+    run_id = create_run(api, agent="a", parentRunId=parent)
     post_events(api, run_id, message("answer", usage={"inputTokens": 3, "outputTokens": 4})).raise_for_status()
     response = end(api, run_id, "max_tokens", error={"message": "ran out"})
     assert response.status_code == 200
@@ -341,7 +332,7 @@ def test_end_by_post(shared_api: httpx.Client) -> None:
 def test_end_by_turn_end_event(shared_api: httpx.Client) -> None:
     """A turn/end event ends the turn like POST /end, logged before subagent/end."""
     api = shared_api
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     turn_end = {"type": "turn/end", "stopReason": "end_turn", "error": {"message": "none really"}}
     response = post_events(api, run_id, message("done"), turn_end)
     assert response.status_code == 200
@@ -362,14 +353,14 @@ def test_end_by_turn_end_event(shared_api: httpx.Client) -> None:
 @pytest.mark.parametrize(("alias", "wire"), list(ALIASES.items()))
 def test_stop_reason_aliases_are_normalised(shared_api: httpx.Client, alias: str, wire: str) -> None:
     """Every accepted stop reason alias ends a turn with its wire value, by POST /end and by turn/end."""
-    by_post = create(shared_api)["runId"]
+    by_post = create_run(shared_api)
     response = end(shared_api, by_post, alias)
     assert response.status_code == 200, response.text
     assert response.json()["stopReason"] == wire
     assert response.json()["isError"] is (wire != "completed")
     assert of_type(shared_api, by_post, "subagent/end")[0]["stopReason"] == wire
 
-    by_event = create(shared_api)["runId"]
+    by_event = create_run(shared_api)
     post_events(shared_api, by_event, {"type": "turn/end", "stopReason": alias}).raise_for_status()
     assert result(shared_api, by_event)["stopReason"] == wire
     assert of_type(shared_api, by_event, "subagent/end")[0]["stopReason"] == wire
@@ -379,7 +370,7 @@ def test_stop_reason_aliases_are_normalised(shared_api: httpx.Client, alias: str
 def test_unknown_stop_reason_is_refused(shared_api: httpx.Client, stop_reason: str) -> None:
     """A stop reason that is neither a wire value nor an alias is 422, by POST /end and by turn/end."""
     api = shared_api
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     assert assert_problem(end(api, run_id, stop_reason), 422, "validation_error")["field"] == "stopReason"
     problem = assert_problem(
         post_events(api, run_id, chunk("a"), {"type": "turn/end", "stopReason": stop_reason}), 422, "invalid_event"
@@ -393,7 +384,7 @@ def test_unknown_stop_reason_is_refused(shared_api: httpx.Client, stop_reason: s
 def test_end_again_the_same_way_is_idempotent(shared_api: httpx.Client) -> None:
     """Ending an ended turn with the same stop reason answers the same result and logs nothing."""
     api = shared_api
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     post_events(api, run_id, message("partial")).raise_for_status()
     first = end(api, run_id, "cancelled")
     again = end(api, run_id, "canceled")
@@ -405,7 +396,7 @@ def test_end_again_the_same_way_is_idempotent(shared_api: httpx.Client) -> None:
 def test_end_again_another_way_conflicts(shared_api: httpx.Client) -> None:
     """Ending an ended turn with another stop reason is 409 carrying the real one, and changes nothing."""
     api = shared_api
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     ended = end(api, run_id, "cancelled").json()
     log = logged(api, run_id)
     problem = assert_problem(end(api, run_id, "completed"), 409, "turn_already_ended")
@@ -417,7 +408,7 @@ def test_end_again_another_way_conflicts(shared_api: httpx.Client) -> None:
 def test_events_after_the_end_are_refused(shared_api: httpx.Client) -> None:
     """Events for an ended turn are 409 run_ended carrying the stop reason, and nothing is stored."""
     api = shared_api
-    run_id = create(api)["runId"]
+    run_id = create_run(api)
     post_events(api, run_id, message("kept")).raise_for_status()
     end(api, run_id, "cancelled").raise_for_status()
     log = logged(api, run_id)
@@ -439,7 +430,7 @@ def test_events_after_the_end_are_refused(shared_api: httpx.Client) -> None:
 def test_subagent_end_has_no_last_message_key_when_output_is_empty(shared_api: httpx.Client, mode: str) -> None:
     """subagent/end leaves lastAssistantMessage out (not []) when the output is empty, in either mode."""
     api = shared_api
-    run_id = create(api, mode=mode)["runId"]
+    run_id = create_run(api, mode=mode)
     usage_only = message(usage={"inputTokens": 5, "outputTokens": 7})
     response = post_events(api, run_id, chunk("   "), usage_only, {"type": "turn/end", "stopReason": "max_tokens"})
     assert response.status_code == 200
@@ -452,7 +443,7 @@ def test_subagent_end_has_no_last_message_key_when_output_is_empty(shared_api: h
 def test_subagent_end_has_no_last_message_key_in_a_later_turn(shared_api: httpx.Client) -> None:
     """A continuable run's second turn with no output also leaves lastAssistantMessage out."""
     api = shared_api
-    run_id = create(api, mode="continuable")["runId"]
+    run_id = create_run(api, mode="continuable")
     post_events(api, run_id, message("first"), {"type": "turn/end", "stopReason": "completed"}).raise_for_status()
     api.post(f"/v1/runs/{run_id}/turns").raise_for_status()
     end(api, run_id, "cancelled").raise_for_status()
@@ -466,7 +457,7 @@ def test_subagent_end_has_no_last_message_key_in_a_later_turn(shared_api: httpx.
 def test_subagent_end_carries_the_selected_output(shared_api: httpx.Client, mode: str) -> None:
     """subagent/end's lastAssistantMessage is the result's output, not a later usage-only message."""
     api = shared_api
-    run_id = create(api, mode=mode)["runId"]
+    run_id = create_run(api, mode=mode)
     post_events(api, run_id, message("the answer"), message(usage={"inputTokens": 1, "outputTokens": 1}))
     end(api, run_id, "max_tokens").raise_for_status()
     [event] = of_type(api, run_id, "subagent/end")
@@ -480,7 +471,7 @@ def test_subagent_end_carries_the_selected_output(shared_api: httpx.Client, mode
 def test_continuable_run_takes_further_turns(shared_api: httpx.Client) -> None:
     """A continuable run is idle after a turn; POST /turns starts turn 2 and turn 1's result stays served."""
     api = shared_api
-    run_id = create(api, mode="continuable")["runId"]
+    run_id = create_run(api, mode="continuable")
     post_events(api, run_id, message("first"), {"type": "turn/end", "stopReason": "completed"}).raise_for_status()
     idle = api.get(f"/v1/runs/{run_id}").json()
     assert idle["status"] == "idle"
@@ -509,9 +500,9 @@ def test_continuable_run_takes_further_turns(shared_api: httpx.Client) -> None:
 def test_next_turn_is_refused_while_running_and_for_oneshot(shared_api: httpx.Client) -> None:
     """POST /turns is 409 while a turn is running, and for a oneshot run before or after its end."""
     api = shared_api
-    continuable = create(api, mode="continuable")["runId"]
+    continuable = create_run(api, mode="continuable")
     assert_problem(api.post(f"/v1/runs/{continuable}/turns"), 409, "run_running")
-    oneshot = create(api)["runId"]
+    oneshot = create_run(api)
     assert_problem(api.post(f"/v1/runs/{oneshot}/turns"), 409, "not_continuable")
     end(api, oneshot, "completed").raise_for_status()
     assert_problem(api.post(f"/v1/runs/{oneshot}/turns"), 409, "not_continuable")
@@ -522,7 +513,7 @@ def test_next_turn_is_refused_while_running_and_for_oneshot(shared_api: httpx.Cl
 def test_close_ends_an_idle_run_for_good(shared_api: httpx.Client) -> None:
     """Closing an idle continuable run ends it: no further turns, no events; closing again is harmless."""
     api = shared_api
-    run_id = create(api, mode="continuable")["runId"]
+    run_id = create_run(api, mode="continuable")
     end(api, run_id, "completed").raise_for_status()
     response = api.post(f"/v1/runs/{run_id}/close")
     assert response.status_code == 200
@@ -540,7 +531,7 @@ def test_close_ends_an_idle_run_for_good(shared_api: httpx.Client) -> None:
 def test_close_cancels_a_running_turn(shared_api: httpx.Client) -> None:
     """Closing a continuable run mid-turn ends that turn as cancelled, keeping its output so far."""
     api = shared_api
-    run_id = create(api, mode="continuable")["runId"]
+    run_id = create_run(api, mode="continuable")
     post_events(api, run_id, chunk("half "), chunk("done")).raise_for_status()
     assert api.post(f"/v1/runs/{run_id}/close").json()["status"] == "ended"
     ended = result(api, run_id)
@@ -554,7 +545,7 @@ def test_close_cancels_a_running_turn(shared_api: httpx.Client) -> None:
 
 def test_close_is_refused_for_oneshot(shared_api: httpx.Client) -> None:
     """POST /close on a oneshot run is 409 and leaves the turn running."""
-    run_id = create(shared_api)["runId"]
+    run_id = create_run(shared_api)
     assert_problem(shared_api.post(f"/v1/runs/{run_id}/close"), 409, "not_continuable")
     assert shared_api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
 
@@ -565,9 +556,9 @@ def test_close_is_refused_for_oneshot(shared_api: httpx.Client) -> None:
 def test_ending_a_parent_leaves_children_alone(shared_api: httpx.Client) -> None:
     """A parent's end (or close) never ends its children's open turns."""
     api = shared_api
-    parent = create(api, mode="continuable")["runId"]
-    child = create(api, parentRunId=parent)["runId"]
-    grandchild = create(api, parentRunId=child)["runId"]
+    parent = create_run(api, mode="continuable")
+    child = create_run(api, parentRunId=parent)
+    grandchild = create_run(api, parentRunId=child)
     end(api, parent, "cancelled").raise_for_status()
     api.post(f"/v1/runs/{parent}/close").raise_for_status()
     for run_id in (child, grandchild):
@@ -580,14 +571,14 @@ def test_cascade_cancels_every_descendant(shared_api: httpx.Client) -> None:
     api = shared_api
     ids = {name: uid(name) for name in ("root", "child", "grandchild", "idle", "under-idle", "ended",
                                         "under-ended", "stranger")}
-    create(api, runId=ids["root"])
-    create(api, runId=ids["child"], parentRunId=ids["root"])
-    create(api, runId=ids["grandchild"], parentRunId=ids["child"])
-    create(api, runId=ids["idle"], parentRunId=ids["root"], mode="continuable")
-    create(api, runId=ids["under-idle"], parentRunId=ids["idle"])
-    create(api, runId=ids["ended"], parentRunId=ids["root"])
-    create(api, runId=ids["under-ended"], parentRunId=ids["ended"])
-    create(api, runId=ids["stranger"])
+    new_run(api, runId=ids["root"])
+    new_run(api, runId=ids["child"], parentRunId=ids["root"])
+    new_run(api, runId=ids["grandchild"], parentRunId=ids["child"])
+    new_run(api, runId=ids["idle"], parentRunId=ids["root"], mode="continuable")
+    new_run(api, runId=ids["under-idle"], parentRunId=ids["idle"])
+    new_run(api, runId=ids["ended"], parentRunId=ids["root"])
+    new_run(api, runId=ids["under-ended"], parentRunId=ids["ended"])
+    new_run(api, runId=ids["stranger"])
     post_events(api, ids["grandchild"], chunk("partial")).raise_for_status()
     end(api, ids["idle"], "completed").raise_for_status()
     end(api, ids["ended"], "completed").raise_for_status()
@@ -609,8 +600,8 @@ def test_cascade_cancels_every_descendant(shared_api: httpx.Client) -> None:
 def test_cascade_survives_a_parent_cycle(shared_api: httpx.Client) -> None:
     """Runs naming each other as parents do not make a cascading end loop forever."""
     a, b = uid("a"), uid("b")
-    create(shared_api, runId=a, parentRunId=b)
-    create(shared_api, runId=b, parentRunId=a)
+    new_run(shared_api, runId=a, parentRunId=b)
+    new_run(shared_api, runId=b, parentRunId=a)
     response = end(shared_api, a, "cancelled", cascade=True)
     assert response.status_code == 200
     assert result(shared_api, b)["stopReason"] == "cancelled"
@@ -619,21 +610,46 @@ def test_cascade_survives_a_parent_cycle(shared_api: httpx.Client) -> None:
 # -- leases -------------------------------------------------------------------------------
 
 
+@dataclass
+class Leases:
+    """A server whose time stands still until the test moves it: leases expire on ``advance``."""
+
+    api: httpx.Client
+    clock: ManualClock
+
+    def advance(self, seconds: float) -> None:
+        """Move the service's clock on, and return once a whole lease sweep has run at the new time."""
+        self.clock.advance(seconds)
+        # The sweep reads the clock once as it starts, and sweeps run one after the other: the
+        # second read after the move starts a sweep that began after one at the new time ended.
+        # Nothing else reads the clock meanwhile (no request is in flight, retention is off).
+        self.clock.wait_for_reads(2)
+
+
 @pytest.fixture
-def sweeping_api(make_settings: Any) -> Any:
-    """A server on a fresh database that looks for expired leases every 50 ms (default lease 0.2 s)."""
-    settings = make_settings(sweep_interval_seconds=0.05, lease_seconds=0.2)
-    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
-        yield client
+def leases(make_settings: Any) -> Iterator[Leases]:
+    """A server on a fresh database and a manual clock, sweeping for expired leases every 10 ms
+    of real time (default lease 60 s of the clock's time)."""
+    clock = ManualClock()
+    settings = make_settings(sweep_interval_seconds=0.01, lease_seconds=60)
+    with threaded_server(settings, clock) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield Leases(client, clock)
 
 
-def test_lease_expiry_ends_the_turn_as_timeout(sweeping_api: httpx.Client) -> None:
-    """A turn whose lease runs out ends as timeout with the output its fold selects."""
-    api = sweeping_api
-    run_id = create(api, leaseSeconds=0.3)["runId"]
+def status(api: httpx.Client, run_id: str) -> str:
+    return str(api.get(f"/v1/runs/{run_id}").json()["status"])
+
+
+def test_lease_expiry_ends_the_turn_as_timeout(leases: Leases) -> None:
+    """A turn whose lease runs out ends as timeout with the output its fold selects, not before."""
+    api = leases.api
+    run_id = create_run(api, leaseSeconds=30)
     usage_only = message(usage={"inputTokens": 1, "outputTokens": 2})
     post_events(api, run_id, message("so far"), usage_only, chunk("after")).raise_for_status()
-    ended = result(api, run_id, wait=20)
+    leases.advance(29.9)
+    assert status(api, run_id) == "running"
+    leases.advance(0.2)
+    ended = result(api, run_id)
     assert ended["status"] == "ended"
     assert ended["stopReason"] == "timeout"
     assert ended["isError"] is True
@@ -642,84 +658,86 @@ def test_lease_expiry_ends_the_turn_as_timeout(sweeping_api: httpx.Client) -> No
     [event] = of_type(api, run_id, "subagent/end")
     assert event["stopReason"] == "timeout"
     assert event["lastAssistantMessage"] == [text("so far")]
-    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "ended"
+    assert status(api, run_id) == "ended"
     assert_problem(post_events(api, run_id, chunk("late")), 409, "run_ended")
 
 
-def test_events_renew_the_lease(sweeping_api: httpx.Client) -> None:
+def test_events_renew_the_lease(leases: Leases) -> None:
     """Each accepted event renews the lease: a producer that keeps reporting outlives it."""
-    api, lease = sweeping_api, 0.6
-    run_id = create(api, leaseSeconds=lease)["runId"]
-    began = time.monotonic()
-    sent = 0
-    # Reporting for twice the lease: without renewal the turn would have timed out midway,
+    api = leases.api
+    run_id = create_run(api, leaseSeconds=10)
+    # Reporting every 6 s for 30 s: without renewal the turn would have timed out at 10 s,
     # and the next event would have been refused with 409.
-    while time.monotonic() - began < 2 * lease:
+    for sent in range(5):
         response = post_events(api, run_id, chunk(f"{sent} "))
         assert response.status_code == 200, response.text
-        sent += 1
-        time.sleep(lease / 6)
-    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
-    ended = result(api, run_id, wait=20)
+        leases.advance(6)
+        assert status(api, run_id) == "running"
+    leases.advance(4.1)
+    ended = result(api, run_id)
     assert ended["stopReason"] == "timeout"
-    assert ended["output"][0]["text"].split() == [str(i) for i in range(sent)]
+    assert ended["output"][0]["text"].split() == [str(i) for i in range(5)]
 
 
-def test_lease_zero_means_none(sweeping_api: httpx.Client) -> None:
+def test_lease_zero_means_none(leases: Leases) -> None:
     """leaseSeconds 0 never times out, while a run on the default lease does."""
-    api = sweeping_api
-    forever = create(api, leaseSeconds=0)
+    api = leases.api
+    forever = new_run(api, leaseSeconds=0)
     assert forever["leaseSeconds"] == 0
     assert "leaseExpiresAt" not in forever
-    defaulted = create(api)
-    assert defaulted["leaseSeconds"] == 0.2
-    assert result(api, defaulted["runId"], wait=20)["stopReason"] == "timeout"
-    assert result(api, forever["runId"], wait=0.3)["status"] == "running"
-    assert api.get(f"/v1/runs/{forever['runId']}").json()["status"] == "running"
+    defaulted = new_run(api)
+    assert defaulted["leaseSeconds"] == 60
+    leases.advance(10**6)
+    assert result(api, defaulted["runId"])["stopReason"] == "timeout"
+    assert result(api, forever["runId"])["status"] == "running"
+    assert status(api, forever["runId"]) == "running"
 
 
-def test_idle_continuable_run_has_no_lease(sweeping_api: httpx.Client) -> None:
+def test_idle_continuable_run_has_no_lease(leases: Leases) -> None:
     """A continuable run waiting between turns does not time out; its next turn gets a fresh lease."""
-    api = sweeping_api
-    run_id = create(api, mode="continuable", leaseSeconds=0.3)["runId"]
+    api = leases.api
+    run_id = create_run(api, mode="continuable", leaseSeconds=30)
     end(api, run_id, "completed").raise_for_status()
-    control = create(api, leaseSeconds=0.3)["runId"]
-    assert result(api, control, wait=20)["stopReason"] == "timeout"
-    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "idle"
+    leases.advance(10**6)
+    assert status(api, run_id) == "idle"
     assert result(api, run_id, turn=1)["stopReason"] == "completed"
     api.post(f"/v1/runs/{run_id}/turns").raise_for_status()
-    second = result(api, run_id, wait=20)
+    leases.advance(29.9)
+    assert status(api, run_id) == "running"
+    leases.advance(0.2)
+    second = result(api, run_id)
     assert (second["turn"], second["stopReason"]) == (2, "timeout")
-    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "idle"
+    assert status(api, run_id) == "idle"
 
 
-def test_lease_expiry_leaves_children_alone(sweeping_api: httpx.Client) -> None:
+def test_lease_expiry_leaves_children_alone(leases: Leases) -> None:
     """A parent whose lease runs out ends alone: its children keep running."""
-    api = sweeping_api
-    parent = create(api, leaseSeconds=0.2)["runId"]
-    child = create(api, parentRunId=parent, leaseSeconds=0)["runId"]
-    assert result(api, parent, wait=20)["stopReason"] == "timeout"
-    assert api.get(f"/v1/runs/{child}").json()["status"] == "running"
+    api = leases.api
+    parent = create_run(api, leaseSeconds=20)
+    child = create_run(api, parentRunId=parent, leaseSeconds=0)
+    leases.advance(21)
+    assert result(api, parent)["stopReason"] == "timeout"
+    assert status(api, child) == "running"
 
 
 def test_startup_sweep_ends_turns_that_expired_while_down(make_settings: Any) -> None:
     """Turns whose lease ran out while the service was down end as timeout, with their output, at start."""
+    clock = ManualClock()
     settings = make_settings(sweep_interval_seconds=3600)
-    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
-        with_message = create(api, leaseSeconds=0.3)
+    with threaded_server(settings, clock) as url, httpx.Client(base_url=url, timeout=30) as api:
+        with_message = new_run(api, leaseSeconds=30)
         usage_only = message(usage={"inputTokens": 2, "outputTokens": 3})
         post_events(api, with_message["runId"], message("kept"), usage_only, chunk("after")).raise_for_status()
-        chunks_only = create(api, leaseSeconds=0.3)
+        chunks_only = new_run(api, leaseSeconds=30)
         api.post(f"/v1/runs/{chunks_only['runId']}/chunks", content="streamed ✓".encode(),
                  headers={"content-type": "text/plain"}).raise_for_status()
-        untouched = create(api, leaseSeconds=0)
-        expiry = max(
-            api.get(f"/v1/runs/{run['runId']}").json()["leaseExpiresAt"] for run in (with_message, chunks_only)
-        )
+        untouched = new_run(api, leaseSeconds=0)
+        not_yet = new_run(api, leaseSeconds=120)
         assert result(api, with_message["runId"])["status"] == "running"
-    # Let the leases run out while no server runs.
-    time.sleep(max(0.0, datetime.fromisoformat(expiry.replace("Z", "+00:00")).timestamp() - time.time()) + 0.1)
-    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+    # The leases run out while no server runs (the periodic sweep is an hour away: only the
+    # start-up sweep can end them).
+    clock.advance(60)
+    with threaded_server(settings, clock) as url, httpx.Client(base_url=url, timeout=30) as api:
         first = result(api, with_message["runId"])
         assert first["stopReason"] == "timeout"
         assert first["output"] == [text("kept")]
@@ -730,3 +748,4 @@ def test_startup_sweep_ends_turns_that_expired_while_down(make_settings: Any) ->
         [event] = of_type(api, chunks_only["runId"], "subagent/end")
         assert event["lastAssistantMessage"] == second["output"]
         assert result(api, untouched["runId"])["status"] == "running"
+        assert result(api, not_yet["runId"])["status"] == "running"

@@ -17,7 +17,7 @@ from tests.servers import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
-COMMANDS = ["serve", "demo", "tail", "result", "push"]
+COMMANDS = ["serve", "demo", "tail", "result", "push", "audit"]
 
 
 def lastword(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:

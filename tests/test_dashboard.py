@@ -31,6 +31,7 @@ from playwright.sync_api import expect
 
 from lastword.demo import run_scenario
 from lastword.settings import Settings
+from tests.builders import create_run
 from tests.servers import ServerProcess, threaded_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,12 +95,6 @@ def sqlite_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "LASTWORD_LOG_LEVEL": "warning", **extra}
 
 
-def create(api: httpx.Client, **body: Any) -> str:
-    response = api.post("/v1/runs", json=body)
-    assert response.status_code == 201, response.text
-    return str(response.json()["runId"])
-
-
 def push_text(api: httpx.Client, run_id: str, text: str) -> None:
     response = api.post(f"/v1/runs/{run_id}/chunks", json={"text": text})
     assert response.status_code == 200, response.text
@@ -123,11 +118,11 @@ def test_the_tree_live_text_stop_reasons_and_recovery_after_a_restart(browser: A
         expect(page.locator("#connection")).to_have_text("Live")
         page.evaluate("window.notReloaded = true")
         with httpx.Client(base_url=server.url, timeout=30) as api:
-            parent = create(api, agent="planner")
+            parent = create_run(api, agent="planner")
             expect(tab.row(parent)).to_contain_text("planner")
-            truncated = create(api, agent="demo:max-tokens-partial", parentRunId=parent)
-            cancelled = create(api, agent="demo:cancelled-streaming", parentRunId=parent)
-            running = create(api, agent="researcher", parentRunId=parent)
+            truncated = create_run(api, agent="demo:max-tokens-partial", parentRunId=parent)
+            cancelled = create_run(api, agent="demo:cancelled-streaming", parentRunId=parent)
+            running = create_run(api, agent="researcher", parentRunId=parent)
             run_scenario("max-tokens-partial", server.url, run_id=truncated)
             run_scenario("cancelled-streaming", server.url, run_id=cancelled)
 
@@ -188,7 +183,7 @@ def test_the_tree_live_text_stop_reasons_and_recovery_after_a_restart(browser: A
                     push_text(other, running, piece)
                     sent += piece
                 assert other.post(f"/v1/runs/{running}/end", json={"stopReason": "max_tokens"}).status_code == 200
-                late = create(other, agent="late-child", parentRunId=parent)
+                late = create_run(other, agent="late-child", parentRunId=parent)
                 run_scenario("completed", away.url, run_id=late)
         finally:
             away.stop()
@@ -207,10 +202,10 @@ def test_the_tree_live_text_stop_reasons_and_recovery_after_a_restart(browser: A
 
         # One that failed and one streaming now: the README's picture shows every kind of row.
         with httpx.Client(base_url=server.url, timeout=30) as api:
-            failed = create(api, agent="critic", parentRunId=parent)
+            failed = create_run(api, agent="critic", parentRunId=parent)
             assert api.post(f"/v1/runs/{failed}/end", json={
                 "stopReason": "error", "error": {"message": "tool sandbox crashed"}}).status_code == 200
-            streaming = create(api, agent="summariser", parentRunId=parent)
+            streaming = create_run(api, agent="summariser", parentRunId=parent)
             push_text(api, streaming, "Summary so far: parse_config has three callers; ")
         expect(tab.row(failed)).to_contain_text("Failed")
         expect(tab.row(streaming)).to_contain_text("running")
@@ -232,10 +227,10 @@ def test_filters_search_link_and_keyboard(browser: Any, tmp_path: Path) -> None:
     with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
         ended = {}
         for reason in ("completed", "max_tokens", "cancelled", "timeout", "error"):
-            run_id = create(api, runId=f"run-{reason}", agent="writer" if reason != "error" else "critic")
+            run_id = create_run(api, runId=f"run-{reason}", agent="writer" if reason != "error" else "critic")
             ended[reason] = run_id
             assert api.post(f"/v1/runs/{run_id}/end", json={"stopReason": reason}).status_code == 200
-        create(api, runId="run-open", agent="critic")
+        create_run(api, runId="run-open", agent="critic")
         tab = Tab(browser, url + "/dashboard")
         page = tab.page
         try:
@@ -261,7 +256,7 @@ def test_filters_search_link_and_keyboard(browser: Any, tmp_path: Path) -> None:
             # Live updates respect the filter in force.
             page.select_option("#f-stop", "max_tokens")
             expect(page.locator("#tree > li")).to_have_count(1)
-            late = create(api, runId="run-late", agent="writer")
+            late = create_run(api, runId="run-late", agent="writer")
             assert api.post(f"/v1/runs/{late}/end", json={"stopReason": "max_tokens"}).status_code == 200
             expect(page.locator("#tree > li")).to_have_count(2)
             page.click("#clear")
@@ -315,7 +310,7 @@ def test_the_transcript_is_shown_where_the_server_has_one(browser: Any, tmp_path
     does without it (the section stays hidden, nothing breaks) on a server that does not."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
     with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
-        run_id = create(api, agent="replayed")
+        run_id = create_run(api, agent="replayed")
         events = [
             {"type": "user/message", "message": {"content": "Find the callers of parse_config."}},
             {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "Three callers."}]}},
@@ -342,7 +337,7 @@ def test_a_continuable_run_streams_each_turn_then_shows_its_end(browser: Any, tm
     text (of the new turn only) when the next turn starts; its row follows, turn by turn."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
     with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
-        run_id = create(api, agent="chatty", mode="continuable")
+        run_id = create_run(api, agent="chatty", mode="continuable")
         tab = Tab(browser, f"{url}/dashboard#run={run_id}")
         page = tab.page
         try:
@@ -373,13 +368,13 @@ def test_axe_finds_no_accessibility_violation(browser: Any, tmp_path: Path) -> N
     token dialog open."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
     with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
-        parent = create(api, agent="planner")
-        truncated = create(api, agent="demo:max-tokens-partial", parentRunId=parent)
+        parent = create_run(api, agent="planner")
+        truncated = create_run(api, agent="demo:max-tokens-partial", parentRunId=parent)
         run_scenario("max-tokens-partial", url, run_id=truncated)
-        running = create(api, agent="researcher", parentRunId=parent)
+        running = create_run(api, agent="researcher", parentRunId=parent)
         push_text(api, running, "Still reading.")
         for reason in ("cancelled", "timeout", "error", "refusal", "completed"):
-            ended = create(api, agent=f"child-{reason}", parentRunId=parent)
+            ended = create_run(api, agent=f"child-{reason}", parentRunId=parent)
             assert api.post(f"/v1/runs/{ended}/end", json={"stopReason": reason}).status_code == 200
         tab = Tab(browser, f"{url}/dashboard#run={truncated}")
         page = tab.page
@@ -406,13 +401,14 @@ def test_axe_finds_no_accessibility_violation(browser: Any, tmp_path: Path) -> N
 
 def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: Path) -> None:
     """With tokens on, the page asks for the read token, then lists and streams with it; a reload
-    of the tab does not ask again, a new tab does; a wrong token is asked for again."""
+    of the tab does not ask again, a new tab does; a wrong token is asked for again; a cancelled
+    prompt leaves a notice saying what is needed."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0,
                         ingest_token="ingest-secret", read_token="read-secret")
     with threaded_server(settings) as url, httpx.Client(
         base_url=url, timeout=30, headers={"Authorization": "Bearer ingest-secret"}
     ) as api:
-        first = create(api, agent="guarded")
+        first = create_run(api, agent="guarded")
         tab = Tab(browser, url + "/dashboard")
         page = tab.page
         try:
@@ -426,7 +422,7 @@ def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: P
             expect(tab.row(first)).to_contain_text("guarded")
             expect(page.locator("#connection")).to_have_text("Live")
             # The firehose, with the token in its query, brings new runs.
-            second = create(api, agent="guarded-too")
+            second = create_run(api, agent="guarded-too")
             expect(tab.row(second)).to_be_visible()
             tab.row(second).click()
             push_text(api, second, "streamed behind a token")
@@ -441,6 +437,10 @@ def test_the_page_asks_for_the_read_token_once_per_tab(browser: Any, tmp_path: P
         fresh = Tab(browser, url + "/dashboard")
         try:
             expect(fresh.page.locator("#token-dialog")).to_be_visible()
+            expect(fresh.page.locator("#connection")).to_have_text("Needs a read token")
+            fresh.page.click("#token-cancel")
+            expect(fresh.page.locator("#notice")).to_contain_text("needs a read token")
+            expect(fresh.page.locator("#token-dialog")).to_be_hidden()
         finally:
             fresh.close()
 
@@ -458,7 +458,7 @@ def _seed(url: str, count: int) -> None:
     def make(indices: range) -> None:
         with httpx.Client(base_url=url, timeout=60) as api:
             for index in indices:
-                run_id = create(api, agent=f"bulk-{index % 7}")
+                run_id = create_run(api, agent=f"bulk-{index % 7}")
                 api.post(f"/v1/runs/{run_id}/end", json={"stopReason": ("completed", "max_tokens", "cancelled")[index % 3]})
 
     step = count // 4
@@ -524,8 +524,8 @@ def test_scale_2000_runs_and_50_children_streaming(browser: Any, tmp_path: Path)
     url = server.url
     with contextlib.closing(server), httpx.Client(base_url=url, timeout=60) as api:
         _seed(url, RUNS_IN_STORE - STREAMING - 1)
-        parent = create(api, agent="fleet")
-        children = [create(api, agent=f"worker-{i % 5}", parentRunId=parent) for i in range(STREAMING)]
+        parent = create_run(api, agent="fleet")
+        children = [create_run(api, agent=f"worker-{i % 5}", parentRunId=parent) for i in range(STREAMING)]
 
         tab = Tab(browser, url + "/dashboard")
         page = tab.page

@@ -44,6 +44,29 @@ EXPECTED: dict[str, tuple[str, list[dict[str, Any]], tuple[int, int]]] = {
         [{"type": "text", "text": "The build fails because the lockfile pins an old resolver."}],
         (900, 25),
     ),
+    # The same failure, told in the providers' own streams (SPEC §13).
+    "anthropic-max-tokens": (
+        "max_tokens",
+        [
+            {"type": "text", "text": PARTIAL},
+            {"type": "tool_call", "id": "toolu_1", "name": "read_file", "input": {"path": "app/config.py"}},
+        ],
+        (1200 + 1400, 85 + 4096),
+    ),
+    "openai-incomplete": (
+        "max_tokens",
+        [
+            {"type": "text", "text": PARTIAL},
+            {"type": "tool_call", "id": "call_1", "name": "read_file", "input": {"path": "app/config.py"}},
+        ],
+        (1000 + 1200, 85 + 4096),  # uncached input: 200 of each were cached
+    ),
+    "acp-cancelled": (
+        "cancelled",
+        [{"type": "text",
+          "text": "Draft summary: the migration touches 4 tables and needs a backfill for users.email"}],
+        (0, 0),
+    ),
 }
 
 

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
+from tests.builders import chunk, message, usage
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -45,24 +46,6 @@ def restarted(server: ServerProcess) -> httpx.Client:
     server.kill()
     server.start()
     return httpx.Client(base_url=server.url, timeout=TIMEOUT)
-
-
-def text_chunk(text: str, event_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
-
-
-def message(text: str, input_tokens: int, output_tokens: int, event_id: str | None = None) -> dict[str, Any]:
-    content = [{"type": "text", "text": text}] if text else []
-    event: dict[str, Any] = {
-        "type": "assistant/message",
-        "message": {"content": content, "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens}},
-    }
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
 
 
 def ndjson(*events: dict[str, Any]) -> bytes:
@@ -100,11 +83,11 @@ def test_every_acknowledged_event_and_result_survives_kill_9(server: ServerProce
         # A JSON batch with eventIds, ended by turn/end in a second batch.
         runs["json"] = accepted(client.post("/v1/runs", json={"agent": "json"}))["runId"]
         accepted(client.post(f"/v1/runs/{runs['json']}/events", json=[
-            text_chunk("Look", "j1"), text_chunk("ing.", "j2"),
-            message("Looked at it.", 10, 4, "j3"),
+            chunk("Look", "j1"), chunk("ing.", "j2"),
+            message("Looked at it.", usage=usage(10, 4), event_id="j3"),
             {"type": "tool/result", "toolCallId": "t1", "content": "ok", "eventId": "j4"},
             {"type": "x-trace", "span": "abc"},
-            message("", 12, 4096, "j5"),
+            message(usage=usage(12, 4096), event_id="j5"),
         ]))
         accepted(client.post(f"/v1/runs/{runs['json']}/events",
                              json={"type": "turn/end", "stopReason": "length", "eventId": "j6"}))
@@ -112,7 +95,7 @@ def test_every_acknowledged_event_and_result_survives_kill_9(server: ServerProce
         runs["ndjson"] = accepted(client.post("/v1/runs", json={"agent": "ndjson"}))["runId"]
         accepted(client.post(
             f"/v1/runs/{runs['ndjson']}/events",
-            content=ndjson(text_chunk("Draft ", "n1"), text_chunk("answer"), {"type": "step/finish"}),
+            content=ndjson(chunk("Draft ", "n1"), chunk("answer"), {"type": "step/finish"}),
             headers={"content-type": "application/x-ndjson"},
         ))
         accepted(client.post(f"/v1/runs/{runs['ndjson']}/end", json={"stopReason": "cancelled"}))
@@ -124,10 +107,10 @@ def test_every_acknowledged_event_and_result_survives_kill_9(server: ServerProce
         accepted(client.post(f"/v1/runs/{runs['chunks']}/chunks", json={"text": "before the crash", "eventId": "c1"}))
         # A continuable run: turn 1 ended, turn 2 open.
         runs["continuable"] = accepted(client.post("/v1/runs", json={"mode": "continuable"}))["runId"]
-        accepted(client.post(f"/v1/runs/{runs['continuable']}/events", json=[message("first turn", 1, 1)]))
+        accepted(client.post(f"/v1/runs/{runs['continuable']}/events", json=[message("first turn", usage=usage(1, 1))]))
         accepted(client.post(f"/v1/runs/{runs['continuable']}/end", json={"stopReason": "end_turn"}))
         accepted(client.post(f"/v1/runs/{runs['continuable']}/turns"))
-        accepted(client.post(f"/v1/runs/{runs['continuable']}/events", json=[text_chunk("second turn", "k1")]))
+        accepted(client.post(f"/v1/runs/{runs['continuable']}/events", json=[chunk("second turn", "k1")]))
         before = {name: state(client, run_id) for name, run_id in runs.items()}
 
     with restarted(server) as client:
@@ -150,19 +133,19 @@ def test_open_turns_go_on_after_kill_9_with_their_earlier_events(server: ServerP
     """A turn open at the crash accepts events after the restart, and its result holds both sides."""
     with httpx.Client(base_url=server.url, timeout=TIMEOUT) as client:
         oneshot = accepted(client.post("/v1/runs", json={}))["runId"]
-        accepted(client.post(f"/v1/runs/{oneshot}/events", json=[text_chunk("Half an "), text_chunk("answer")]))
+        accepted(client.post(f"/v1/runs/{oneshot}/events", json=[chunk("Half an "), chunk("answer")]))
         continuable = accepted(client.post("/v1/runs", json={"mode": "continuable"}))["runId"]
         accepted(client.post(f"/v1/runs/{continuable}/events",
-                             json=[message("kept", 100, 20), message("", 5, 4096)]))
+                             json=[message("kept", usage=usage(100, 20)), message(usage=usage(5, 4096))]))
         last_seq = accepted(client.get(f"/v1/runs/{oneshot}"))["lastSeq"]
 
     with restarted(server) as client:
-        appended = accepted(client.post(f"/v1/runs/{oneshot}/events", json=[text_chunk(", finished.")]))
+        appended = accepted(client.post(f"/v1/runs/{oneshot}/events", json=[chunk(", finished.")]))
         assert appended["lastSeq"] == last_seq + 1  # seq goes on; nothing is reused
         result = accepted(client.post(f"/v1/runs/{oneshot}/end", json={"stopReason": "cancelled"}))
         assert result["output"] == [{"type": "text", "text": "Half an answer, finished."}]
 
-        accepted(client.post(f"/v1/runs/{continuable}/events", json=[message("", 7, 4096)]))
+        accepted(client.post(f"/v1/runs/{continuable}/events", json=[message(usage=usage(7, 4096))]))
         result = accepted(client.post(f"/v1/runs/{continuable}/end", json={"stopReason": "max_tokens"}))
         assert result["output"] == [{"type": "text", "text": "kept"}]
         assert (result["usage"]["inputTokens"], result["usage"]["outputTokens"]) == (112, 8212)
@@ -182,7 +165,7 @@ def test_every_acknowledged_batch_is_wholly_present_after_kill_9_mid_stream(serv
     def produce() -> None:
         with httpx.Client(base_url=server.url, timeout=TIMEOUT) as producer:
             for batch in range(100_000):
-                events = [text_chunk(f"{batch}.{index} ", f"b{batch}-{index}") for index in range(size)]
+                events = [chunk(f"{batch}.{index} ", f"b{batch}-{index}") for index in range(size)]
                 try:
                     response = producer.post(f"/v1/runs/{run_id}/events", json=events)
                 except httpx.TransportError:
@@ -224,13 +207,13 @@ def test_a_stream_resumes_across_a_restart_with_nothing_lost_or_repeated(server:
             events = source.iter_sse()
             snapshot = next(events)
             for text in ("one ", "two "):
-                accepted(client.post(f"/v1/runs/{run_id}/events", json=[text_chunk(text)]))
+                accepted(client.post(f"/v1/runs/{run_id}/events", json=[chunk(text)]))
                 received.append(next(events))
             server.kill()
             with pytest.raises(httpx.TransportError):
                 next(events)
     with restarted(server) as client:
-        accepted(client.post(f"/v1/runs/{run_id}/events", json=[text_chunk("three")]))
+        accepted(client.post(f"/v1/runs/{run_id}/events", json=[chunk("three")]))
         accepted(client.post(f"/v1/runs/{run_id}/end", json={"stopReason": "cancelled"}))
         with connect_sse(client, "GET", f"/v1/runs/{run_id}/stream?include=chunks",
                          headers={"Last-Event-ID": received[-1].id}) as source:

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lastword.errors import Unprocessable
-from lastword.events import validate_events
+from lastword.events import is_plain_text_delta, validate_events
+from tests.builders import chunk
 
 Event = dict[str, Any]
 
@@ -267,3 +268,240 @@ def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict[str, Any
 
     if is_plain_text_delta(event):
         _EVENT.validate_python(event)
+
+
+# -- timestamps (RFC 3339 bounds) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        "2024-01-01T00:00:60Z",  # a leap second
+        "2024-01-01T23:59:59+23:00",  # the largest offset hour
+        "2024-01-01T23:59:59-00:59",  # the largest offset minute
+        "2024-02-29T00:00:00Z",  # a leap day
+    ],
+)
+def test_timestamps_at_the_bounds_are_accepted(ts: str) -> None:
+    """ts at the edges of RFC 3339's ranges is accepted, on a text chunk and on any other event."""
+    validate_events([{"type": "step/start", "ts": ts}, {**chunk("a"), "ts": ts}])
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        "2024-01-01T00:75:00Z",  # minute 75
+        "2024-01-01T00:00:61Z",  # second 61
+        "2024-01-01T24:00:00Z",  # hour 24
+        "2023-02-29T00:00:00Z",  # no such day
+        "2024-01-01T00:00:00+24:00",  # offset hour 24
+        "2024-01-01T00:00:00+00:60",  # offset minute 60
+        "2024-01-01T00:00:00Zjunk",  # trailing junk
+        "2024-01-01T00:00:00",  # no offset
+        " 2024-01-01T00:00:00Z",  # leading space
+    ],
+)
+def test_timestamps_out_of_range_are_refused(ts: str) -> None:
+    """ts past RFC 3339's ranges, or with anything around it, is refused naming ts, on any event."""
+    for event in ({"type": "step/start", "ts": ts}, {**chunk("a"), "ts": ts}):
+        with pytest.raises(Unprocessable) as caught:
+            validate_events([event])
+        assert (caught.value.extra["index"], caught.value.extra["field"]) == (0, "ts")
+        assert caught.value.detail == "event 0: ts: Value error, ts must be an RFC 3339 timestamp"
+
+
+# -- the text-chunk fast path --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "event",
+    [chunk("a"), chunk(""), chunk("a", "e"), chunk("a", "e" * 200), {**chunk("a"), "eventId": None}],
+    ids=["plain", "empty", "event-id", "event-id-200", "event-id-null"],
+)
+def test_plain_text_chunks_take_the_fast_path(event: Event) -> None:
+    """A text chunk with at most an eventId skips the full check (most of a stream is these)."""
+    assert is_plain_text_delta(event)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {**chunk("a"), "ts": "2024-01-01T00:00:00Z"},
+        {**chunk("a"), "extra": 1},
+        {**chunk("a"), "eventId": ""},
+        {**chunk("a"), "eventId": "e" * 201},
+        {**chunk("a"), "eventId": 7},
+        {"type": "assistant/chunk", "delta": {"type": "reasoning", "text": "a"}},
+        {"type": "assistant/chunk", "delta": {"type": "text", "text": 5}},
+        {"type": "assistant/chunk", "delta": {"type": "text"}},
+        {"type": "assistant/chunk", "delta": "a"},
+        {"type": "assistant/chunk"},
+        {"type": "assistant/message", "delta": {"type": "text", "text": "a"}},
+        ["assistant/chunk"],
+    ],
+    ids=["ts", "extra", "empty-id", "long-id", "int-id", "reasoning", "int-text", "no-text", "str-delta",
+         "no-delta", "other-type", "not-an-object"],
+)
+def test_everything_else_takes_the_full_check(event: Any) -> None:
+    """Anything beyond a bare text chunk (a ts, extra fields, another id or delta) is checked in full."""
+    assert not is_plain_text_delta(event)
+
+
+@pytest.mark.parametrize(
+    ("event_id", "accepted"),
+    [("e", True), ("e" * 200, True), ("", False), ("e" * 201, False), (7, False), (None, True)],
+)
+def test_a_text_chunks_event_id_is_checked(event_id: Any, accepted: bool) -> None:
+    """eventId on a text chunk is held to 1-200 characters like on any event (SPEC §4)."""
+    event = {**chunk("a"), "eventId": event_id}
+    if accepted:
+        validate_events([event])
+    else:
+        assert refusal([chunk("fine"), event]) == (1, "eventId")
+
+
+def test_a_text_chunks_extra_fields_are_checked_and_kept() -> None:
+    """A text chunk with extra fields goes through the full check, and stays as it was sent."""
+    event = {**chunk("a", "e1"), "producer": {"v": 2}}
+    validate_events([event])
+    assert event == {**chunk("a", "e1"), "producer": {"v": 2}}
+
+
+# -- the problem document ------------------------------------------------------------------------
+
+
+def test_an_unknown_type_is_named_with_the_known_ones() -> None:
+    """An unknown event type is refused at 'type' with the list of known types, not as a bad x- event."""
+    with pytest.raises(Unprocessable) as caught:
+        validate_events([{"type": "assistant/nonsense"}])
+    assert caught.value.extra["field"] == "type"
+    assert "must be one of assistant/chunk" in caught.value.detail and "'x-'" in caught.value.detail
+
+
+def test_the_deepest_problem_of_the_first_bad_event_is_named() -> None:
+    """Of several problems in one event the most specific (deepest) location is named."""
+    event = message_with(id=5, usage={"inputTokens": -1, "outputTokens": 0})
+    assert refusal([event]) == (0, "message.usage.inputTokens")
+
+
+def test_the_problem_lists_at_most_twenty_errors() -> None:
+    """A batch of many bad events is refused with the first twenty errors listed."""
+    with pytest.raises(Unprocessable) as caught:
+        validate_events([{"type": "turn/end", "stopReason": "done"}] * 25)
+    errors = caught.value.extra["errors"]
+    assert len(errors) == 20
+    assert [error["index"] for error in errors] == list(range(20))
+
+
+@pytest.mark.parametrize("value", [2.0, 0.0])
+def test_whole_number_floats_count_as_token_counts(value: float) -> None:
+    """A token count sent as 2.0 is the JSON number 2 and is accepted; 2.5 is not."""
+    validate_events([message_with(usage={"inputTokens": value, "outputTokens": 1})])
+    assert refusal([message_with(usage={"inputTokens": value + 0.5, "outputTokens": 1})]) == (
+        0, "message.usage.inputTokens")
+
+
+# -- every required field, limit and type ------------------------------------------------------
+
+_TOOL_CALL = {"type": "tool_call", "id": "c1", "name": "search", "input": {}}
+_TOOL_RESULT_BLOCK = {"type": "tool_result", "toolCallId": "c1", "content": "found"}
+_USAGE = {"inputTokens": 1, "outputTokens": 2}
+
+#: A valid event, and the path (as a list of keys) of one of its required fields.
+_REQUIRED: dict[str, tuple[Event, list[Any], str]] = {
+    "chunk.delta": (chunk("a"), ["delta"], "delta"),
+    "chunk.delta.text": ({**chunk("a"), "eventId": "e"}, ["delta", "text"], "delta.text"),
+    "reasoning-delta.text": ({"type": "assistant/chunk", "delta": {"type": "reasoning", "text": "r"}},
+                             ["delta", "text"], "delta.text"),
+    "message": (message_with(), ["message"], "message"),
+    "message.content": (message_with(), ["message", "content"], "message.content"),
+    "text.text": (message_with({"type": "text", "text": "a"}), ["message", "content", 0, "text"],
+                  "message.content[0].text"),
+    "reasoning.text": (message_with({"type": "reasoning", "text": "a"}), ["message", "content", 0, "text"],
+                       "message.content[0].text"),
+    "tool_call.id": (message_with(_TOOL_CALL), ["message", "content", 0, "id"], "message.content[0].id"),
+    "tool_call.name": (message_with(_TOOL_CALL), ["message", "content", 0, "name"], "message.content[0].name"),
+    "tool_call.input": (message_with(_TOOL_CALL), ["message", "content", 0, "input"], "message.content[0].input"),
+    "tool_result.toolCallId": (message_with(_TOOL_RESULT_BLOCK), ["message", "content", 0, "toolCallId"],
+                               "message.content[0].toolCallId"),
+    "tool_result.content": (message_with(_TOOL_RESULT_BLOCK), ["message", "content", 0, "content"],
+                            "message.content[0].content"),
+    "usage.inputTokens": (message_with(usage=dict(_USAGE)), ["message", "usage", "inputTokens"],
+                          "message.usage.inputTokens"),
+    "usage.outputTokens": (message_with(usage=dict(_USAGE)), ["message", "usage", "outputTokens"],
+                           "message.usage.outputTokens"),
+    "tool/result.toolCallId": ({"type": "tool/result", "toolCallId": "c", "content": "x"}, ["toolCallId"],
+                               "toolCallId"),
+    "tool/result.content": ({"type": "tool/result", "toolCallId": "c", "content": "x"}, ["content"], "content"),
+    "user.content": ({"type": "user/message", "message": {"content": "go"}}, ["message", "content"],
+                     "message.content"),
+    "turn/end.stopReason": ({"type": "turn/end", "stopReason": "completed"}, ["stopReason"], "stopReason"),
+}
+
+
+def _replaced(event: Event, path: list[Any], value: Any) -> Event:
+    changed = copy.deepcopy(event)
+    target = changed
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(("event", "path", "field"), list(_REQUIRED.values()), ids=list(_REQUIRED))
+def test_a_required_field_may_be_neither_null_nor_missing(event: Event, path: list[Any], field: str) -> None:
+    """Every required field of SPEC §3–§4 is refused as null and as missing, naming it."""
+    validate_events([event])
+    assert refusal([_replaced(event, path, None)])[1] == field
+    missing = copy.deepcopy(event)
+    target = missing
+    for key in path[:-1]:
+        target = target[key]
+    del target[path[-1]]
+    assert refusal([missing])[1] == field
+
+
+@pytest.mark.parametrize(
+    ("event", "path", "value", "field"),
+    [
+        (message_with(usage=dict(_USAGE)), ["message", "usage", "inputTokens"], -1, "message.usage.inputTokens"),
+        (message_with(usage=dict(_USAGE)), ["message", "usage", "outputTokens"], 2**53, "message.usage.outputTokens"),
+        (message_with(usage={**_USAGE, "cacheReadTokens": 0}), ["message", "usage", "cacheReadTokens"], -1,
+         "message.usage.cacheReadTokens"),
+        (message_with(usage={**_USAGE, "cacheWriteTokens": 0}), ["message", "usage", "cacheWriteTokens"], "3",
+         "message.usage.cacheWriteTokens"),
+        (message_with(usage=dict(_USAGE)), ["message", "usage", "inputTokens"], "1", "message.usage.inputTokens"),
+        (message_with(usage=dict(_USAGE)), ["message", "usage", "inputTokens"], True, "message.usage.inputTokens"),
+        (message_with(_TOOL_CALL), ["message", "content", 0, "input"], "{}", "message.content[0].input"),
+        (message_with(_TOOL_CALL), ["message", "content", 0, "id"], 1, "message.content[0].id"),
+        (message_with({"type": "reasoning", "text": "a", "signature": "s"}), ["message", "content", 0, "signature"],
+         1, "message.content[0].signature"),
+        (message_with(_TOOL_RESULT_BLOCK), ["message", "content", 0, "isError"], "no", "message.content[0].isError"),
+        (message_with(), ["message", "id"], 1, "message.id"),
+        (message_with(), ["message", "stopReason"], 1, "message.stopReason"),
+        (message_with(), ["message", "content"], "text", "message.content"),
+        ({"type": "tool/result", "toolCallId": "c", "content": "x"}, ["isError"], "yes", "isError"),
+        ({"type": "tool/result", "toolCallId": "c", "content": "x"}, ["content"], 5, "content"),
+        ({"type": "step/start"}, ["eventId"], "e" * 201, "eventId"),
+        ({"type": "step/start"}, ["eventId"], "", "eventId"),
+        ({"type": "step/start"}, ["ts"], 1700000000, "ts"),
+        ({"type": "turn/end", "stopReason": "completed"}, ["stopReason"], 1, "stopReason"),
+        ({"type": "turn/end", "stopReason": "completed", "usage": dict(_USAGE)}, ["usage", "inputTokens"], -5,
+         "usage.inputTokens"),
+    ],
+)
+def test_limits_and_types_are_held(event: Event, path: list[Any], value: Any, field: str) -> None:
+    """Token counts are whole numbers in 0…2**53-1, ids and texts are strings, flags booleans, input an object."""
+    validate_events([event])
+    assert refusal([_replaced(event, path, value)])[1] == field
+
+
+def test_optional_fields_may_be_null() -> None:
+    """Optional fields sent as null are accepted (and kept)."""
+    validate_events([
+        {"type": "step/start", "eventId": None, "ts": None},
+        message_with({"type": "reasoning", "text": "", "signature": None}, id=None, usage=None, stopReason=None),
+        message_with(usage={**_USAGE, "cacheReadTokens": None, "cacheWriteTokens": None}),
+        {"type": "tool/result", "toolCallId": "c", "content": "x", "isError": None},
+        {"type": "turn/end", "stopReason": "completed", "usage": None, "error": None},
+    ])

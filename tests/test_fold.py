@@ -1,8 +1,8 @@
 """The selection rule (SPEC §5), through ``lastword.fold`` only: ``TurnFold`` and ``final_assistant_output``.
 
-Every example is checked on both entry points (``output_of``), so the incremental fold and the
-batch rule cannot drift apart; the property tests at the end compare both with a naive reference
-written here from the SPEC's words.
+Every example is checked on both entry points (``output_of``) against ``tests.reference``, the
+rule written again from the SPEC's words without ``lastword``; the property tests at the end
+compare both entry points with that reference for random event sequences.
 """
 
 from __future__ import annotations
@@ -15,43 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lastword.fold import TurnFold, final_assistant_output
-
-Event = dict[str, Any]
-Block = dict[str, Any]
-
-
-# -- building events ---------------------------------------------------------------------------
-
-
-def text(value: str, **extra: Any) -> Block:
-    return {"type": "text", "text": value, **extra}
-
-
-def reasoning(value: str = "thinking", **extra: Any) -> Block:
-    return {"type": "reasoning", "text": value, **extra}
-
-
-def tool_call(call_id: str = "call_1", name: str = "search", **extra: Any) -> Block:
-    return {"type": "tool_call", "id": call_id, "name": name, "input": {"q": "x"}, **extra}
-
-
-def tool_result_block(call_id: str = "call_1", content: Any = "found it") -> Block:
-    return {"type": "tool_result", "toolCallId": call_id, "content": content, "isError": False}
-
-
-def message(*blocks: Block, usage: dict[str, int] | None = None, **extra: Any) -> Event:
-    body: dict[str, Any] = {"content": list(blocks), **extra}
-    if usage is not None:
-        body["usage"] = usage
-    return {"type": "assistant/message", "message": body}
-
-
-def chunk(value: str) -> Event:
-    return {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
-
-
-def usage(inp: int, out: int, **extra: int) -> dict[str, int]:
-    return {"inputTokens": inp, "outputTokens": out, **extra}
+from tests.builders import Block, Event, chunk, message, reasoning, text, tool_call, tool_result_block, usage
+from tests.reference import expected_output, expected_usage, reference_turn
 
 
 def fold_of(events: list[Event]) -> TurnFold:
@@ -62,10 +27,11 @@ def fold_of(events: list[Event]) -> TurnFold:
 
 
 def output_of(events: list[Event]) -> list[Block]:
-    """The output by both entry points, which must agree."""
+    """The output by both entry points, each checked against the independent reference."""
+    expected = expected_output(events)
     incremental = fold_of(events).collect()
-    batch = final_assistant_output(events)
-    assert incremental == batch
+    assert incremental == expected
+    assert final_assistant_output(events) == expected
     return incremental
 
 
@@ -439,52 +405,16 @@ _operations = st.lists(
 )
 
 
-def _reference_substantive(block: Block) -> bool:
-    if block["type"] in ("tool_result", "step-start", "step-finish", "patch"):
-        return False
-    if block["type"] == "text":
-        return bool(block["text"].strip() != "")
-    return True
-
-
-def reference_selection(events: list[Event]) -> tuple[list[Block], bool]:
-    """SPEC §5 read literally: the output, and whether it is a selected message's blocks."""
-    for event in reversed(events):
-        if event["type"] == "assistant/message":
-            kept = [block for block in event["message"]["content"] if _reference_substantive(block)]
-            if kept:
-                return kept, True
-    streamed = ""
-    for event in events:
-        if event["type"] == "assistant/chunk" and event["delta"]["type"] == "text":
-            streamed += event["delta"]["text"]
-    if streamed.strip():
-        return [{"type": "text", "text": streamed}], False
-    return [], False
-
-
-def reference_usage(events: list[Event]) -> dict[str, int]:
-    """Sum over assistant messages (empty ones included); turn/end usage only if there are none."""
-    total = {"inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0, "cacheWriteTokens": 0}
-    messages = [event for event in events if event["type"] == "assistant/message"]
-    sources = [m["message"].get("usage") for m in messages] if messages else [
-        event.get("usage") for event in events if event["type"] == "turn/end"
-    ]
-    for source in sources:
-        for name in total:
-            total[name] += (source or {}).get(name, 0)
-    return total
-
-
 def _as_events(operations: list[tuple[str, Any]]) -> list[Event]:
     """The event list the operations amount to (push_text is a text chunk)."""
     return [op if kind == "push" else chunk(op) for kind, op in operations if kind != "collect"]
 
 
 def _assert_matches_reference(output: list[Block], events: list[Event]) -> None:
-    expected, from_message = reference_selection(events)
+    reference = reference_turn(events)
+    expected = reference.output()
     assert output == expected
-    if from_message:
+    if reference.from_message:
         # A selected message's blocks are handed out as they are, not copied.
         assert all(got is want for got, want in zip(output, expected, strict=True))
 
@@ -504,11 +434,11 @@ def test_incremental_fold_equals_batch_rule_equals_naive_reference(operations: l
             seen.append(chunk(op))
         else:
             _assert_matches_reference(fold.collect(), seen)
-            assert fold.usage == reference_usage(seen)
+            assert fold.usage == expected_usage(seen)
     events = _as_events(operations)
     _assert_matches_reference(fold.collect(), events)
     _assert_matches_reference(final_assistant_output(events), events)
-    assert fold.usage == reference_usage(events) == fold_of(events).usage
+    assert fold.usage == expected_usage(events) == fold_of(events).usage
 
 
 @settings(max_examples=300, deadline=None)
@@ -520,3 +450,16 @@ def test_output_never_holds_tool_results_bookkeeping_or_blank_text(operations: l
         assert block["type"] not in ("tool_result", "step-start", "step-finish", "patch")
         if block["type"] == "text":
             assert block["text"].strip()
+
+
+def test_a_fresh_fold_starts_before_the_first_seq() -> None:
+    """A new fold has seen no event: last_seq is 0 unless given."""
+    assert TurnFold().last_seq == 0
+    assert TurnFold(last_seq=7).last_seq == 7
+
+
+def test_a_text_delta_without_text_adds_nothing() -> None:
+    """A text delta that carries no text (not valid input, but as stored) adds nothing to the fallback."""
+    events = [chunk("a"), {"type": "assistant/chunk", "delta": {"type": "text"}}, chunk("b")]
+    assert fold_of(events).collect() == [text("ab")]
+    assert fold_of([{"type": "assistant/chunk", "delta": {"type": "text"}}]).collect() == []

@@ -28,6 +28,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CHECKS
 
+from lastword.json_input import MAX_EXACT_INT, MIN_EXACT_INT
 from lastword.openapi import DOCUMENT
 from tests.api_helpers import serving
 from tests.conftest import BACKENDS
@@ -66,11 +67,34 @@ def excluded_checks(case: Any) -> list[Any]:
     cursor is opaque (no schema can say "one this service gave out", so a foreign cursor gets a
     declared 400), and an NDJSON body is declared as a string (OpenAPI 3.1 has no schema for
     "one JSON event per line", so a generated string that is not such lines gets a declared 400
-    or 422). Everything else is still checked for those cases.
+    or 422), and a fork's ``afterSeq`` (no schema can know how long the parent's log is, so a
+    boundary past its end gets a declared 422). A provider stream (``…/ingest/{format}``) is
+    declared as bare objects: the providers' own event schemas and their order
+    (``message_start`` first, …) are theirs to document, so a generated body gets a declared 422.
+    Everything else is still checked for those cases. The same goes for a body holding
+    an integer outside [-2**63, 2**64 - 1] anywhere (metadata, an error, a block's own field): it
+    is refused with a declared 422 rather than changed, and free-form values have no schema
+    that could say so.
     """
-    if case.operation.label == "GET /v1/runs" or case.media_type == "application/x-ndjson":
+    if (case.operation.label in ("GET /v1/runs", "POST /v1/runs/{runId}/ingest/{format}")
+            or case.media_type == "application/x-ndjson"
+            or _holds_inexact_integer(getattr(case, "body", None))):
+        return [_check("positive_data_acceptance")]
+    if case.operation.label == "POST /v1/runs" and isinstance(case.body, dict) and case.body.get("forkOf"):
         return [_check("positive_data_acceptance")]
     return []
+
+
+def _holds_inexact_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not MIN_EXACT_INT <= value <= MAX_EXACT_INT
+    if isinstance(value, dict):
+        return any(_holds_inexact_integer(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_inexact_integer(item) for item in value)
+    return False
 
 
 #: The server guards every operation the document marks so: requests carry the ingest token

@@ -64,7 +64,7 @@ async def test_tools_are_listed_with_descriptions_and_schemas(base_url: str) -> 
     """A parent sees the tools with descriptions written for a model and typed inputs."""
     async with mcp_client(base_url) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) >= {"wait_for_child_result", "list_child_runs", "start_child_run"}
+    assert set(tools) == {"wait_for_child_result", "list_child_runs", "start_child_run", "read_child_transcript"}
     wait = tools["wait_for_child_result"]
     assert "partial" in (wait.description or "")
     assert wait.input_schema["required"] == ["run_id"]
@@ -150,3 +150,24 @@ async def test_tokens_apply_as_on_rest(secured_url: str) -> None:
     async with mcp_client(secured_url, "in-secret") as client:
         made = await client.call_tool("start_child_run", {"agent": "x", "run_id": "made"})
         assert not made.is_error and made.structured_content["runId"] == "made"
+
+
+async def test_transcript_is_the_rest_messages_answer_for_both_formats(base_url: str) -> None:
+    """read_child_transcript gives what GET …/messages gives: the partial answer kept, the empty
+    usage-only message omitted, the cut-off tool call answered with an error."""
+    run_id = run_scenario("max-tokens-partial", base_url)
+    async with mcp_client(base_url) as client:
+        answers = {fmt: await client.call_tool("read_child_transcript", {"run_id": run_id, "format": fmt})
+                   for fmt in ("anthropic", "openai")}
+        unknown = await client.call_tool("read_child_transcript", {"run_id": "nobody", "format": "openai"})
+    with httpx.Client(base_url=base_url) as http:
+        for fmt, answer in answers.items():
+            rest = http.get(f"/v1/runs/{run_id}/messages", params={"format": fmt}).json()
+            assert not answer.is_error
+            assert answer.structured_content == rest
+    anthropic = answers["anthropic"].structured_content
+    assert any(o["reason"] == "empty" for o in anthropic["omitted"])
+    texts = [b["text"] for m in anthropic["messages"] if m["role"] == "assistant"
+             for b in m["content"] if b["type"] == "text"]
+    assert "Found three call sites of parse_config; two pass a path, one passes a dict." in texts
+    assert unknown.is_error is True and "run_not_found" in text_of(unknown)

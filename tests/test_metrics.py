@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.clock import ManualClock
 from tests.servers import threaded_server
 from tests.sse import open_stream
 
@@ -24,7 +25,8 @@ def samples(api: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 
 def test_metrics_count_what_happened(make_settings: Any) -> None:
     """Events by type, ingest latency, runs by status, turns by stop reason, expired leases, subscribers."""
-    with threaded_server(make_settings(sweep_interval_seconds=0.1)) as url, httpx.Client(base_url=url) as api:
+    clock = ManualClock()
+    with threaded_server(make_settings(sweep_interval_seconds=0.01), clock) as url, httpx.Client(base_url=url) as api:
         ended = api.post("/v1/runs", json={}).json()["runId"]
         api.post(f"/v1/runs/{ended}/events", json=[
             {"type": "assistant/chunk", "delta": {"type": "text", "text": "a"}},
@@ -32,12 +34,11 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
             {"type": "assistant/message", "message": {"content": []}},
         ]).raise_for_status()
         api.post(f"/v1/runs/{ended}/end", json={"stopReason": "length"}).raise_for_status()
-        api.post("/v1/runs", json={"leaseSeconds": 0.2})
+        api.post("/v1/runs", json={"leaseSeconds": 30})
         api.post("/v1/runs", json={"mode": "continuable"})
         running = api.post("/v1/runs", json={"leaseSeconds": 0}).json()["runId"]
-        deadline = time.monotonic() + 10
-        while samples(api).get(("lastword_leases_expired_total", ()), 0) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        clock.advance(31)
+        clock.wait_for_reads(2)  # a whole lease sweep ran at the new time (see test_api_runs.Leases)
 
         async def with_subscriber() -> dict[Any, float]:
             async with httpx.AsyncClient(base_url=url) as client, open_stream(client, f"/v1/runs/{running}/stream"):
@@ -56,6 +57,29 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
     assert after[("lastword_runs", (("status", "running"),))] == 2
     assert during[("lastword_sse_subscribers", ())] == 1
     assert after[("lastword_sse_subscribers", ())] == 0
+
+
+def test_result_waiters_gauge_counts_requests_parked_on_wait(api: httpx.Client) -> None:
+    """lastword_result_waiters is 1 while a ?wait= request waits for a turn to end, and 0 after."""
+    run_id = api.post("/v1/runs", json={}).json()["runId"]
+    assert samples(api)[("lastword_result_waiters", ())] == 0
+    answered: list[httpx.Response] = []
+    waiter = threading.Thread(target=lambda: answered.append(
+        api.get(f"/v1/runs/{run_id}/result", params={"wait": 30}, timeout=60)))
+    waiter.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(1000):  # bounded: up to 10 s for the request to arrive
+            if samples(api)[("lastword_result_waiters", ())] == 1:
+                break
+            deadline.wait(0.01)
+        assert samples(api)[("lastword_result_waiters", ())] == 1
+        assert not answered
+    finally:
+        api.post(f"/v1/runs/{run_id}/end", json={"stopReason": "completed"}).raise_for_status()
+        waiter.join(timeout=30)
+    assert answered[0].json()["stopReason"] == "completed"
+    assert samples(api)[("lastword_result_waiters", ())] == 0
 
 
 def test_readyz_checks_the_store(api: httpx.Client) -> None:

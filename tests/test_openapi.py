@@ -111,6 +111,8 @@ def _check_example(schema: dict[str, Any], example: Any, where: str) -> None:
             model.model_validate(item)
     elif "oneOf" in schema:  # an event or a batch of them
         TypeAdapter(list[IngestEvent]).validate_python(example if isinstance(example, list) else [example])
+    elif schema.get("type") == "array":  # a provider's own events (SPEC §13): objects of its schema
+        assert isinstance(example, list) and example and all(isinstance(item, dict) for item in example), where
     else:
         assert isinstance(example, str) and example, where
 

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from tests.builders import chunk, create_run_async, message, text
 from tests.servers import ServerProcess, free_port
 from tests.sse import Stream, ids, open_stream, payload, strictly_increasing
 
@@ -94,27 +95,6 @@ async def clients(*servers: ServerProcess) -> AsyncIterator[list[httpx.AsyncClie
 # -- requests ---------------------------------------------------------------------------
 
 
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def chunk(value: str, event_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "assistant/chunk", "delta": text(value)}
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
-
-
-def message(*blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "assistant/message", "message": {"content": list(blocks)}}
-
-
-async def create(client: httpx.AsyncClient, **body: Any) -> str:
-    response = await client.post("/v1/runs", json=body)
-    assert response.status_code == 201, response.text
-    return str(response.json()["runId"])
-
-
 async def post(client: httpx.AsyncClient, run_id: str, *events: dict[str, Any]) -> dict[str, Any]:
     response = await client.post(f"/v1/runs/{run_id}/events", json=list(events))
     assert response.status_code == 200, response.text
@@ -148,7 +128,7 @@ async def test_a_run_fed_through_a_is_served_by_b(replicas: list[ServerProcess])
     tool result and event log."""
     async with clients(*replicas) as (a, b):
         async with open_stream(b, "/v1/stream") as feed:
-            run_id = await create(a, agent="writer")
+            run_id = await create_run_async(a, agent="writer")
             async with open_stream(b, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
                 snapshot = await stream.next()
                 assert snapshot.event == "run/snapshot"
@@ -180,7 +160,7 @@ async def test_a_run_fed_through_a_is_served_by_b(replicas: list[ServerProcess])
 async def test_b_serves_an_open_turn_that_a_is_feeding(replicas: list[ServerProcess]) -> None:
     """B's result of a running turn holds what A stored, and B can go on feeding the same turn."""
     async with clients(*replicas) as (a, b):
-        run_id = await create(a)
+        run_id = await create_run_async(a)
         await post(a, run_id, chunk("from A, "))
         assert (await b.get(f"/v1/runs/{run_id}/result")).json()["output"] == [text("from A, ")]
         await post(b, run_id, chunk("then B, "))
@@ -200,13 +180,12 @@ async def test_subscriber_and_waiter_on_b_hear_an_end_through_a_promptly(replica
     """A subscriber on B gets the subagent/end of a run ended through A, and a ?wait= on B
     returns, within a few seconds (cross-replica notification, not polling)."""
     async with clients(*replicas) as (a, b):
-        run_id = await create(a)
+        run_id = await create_run_async(a)
         await post(a, run_id, message(text("done")))
         async with open_stream(b, f"/v1/runs/{run_id}/stream") as stream:
             assert (await stream.next()).event == "run/snapshot"
             waiter = asyncio.create_task(b.get(f"/v1/runs/{run_id}/result", params={"wait": 30}))
-            await asyncio.sleep(0.3)  # the waiter is parked on B
-            assert not waiter.done()
+            await parked(b, waiter)
             started = time.monotonic()
             await end(a, run_id)
             async with asyncio.timeout(PROMPT_SECONDS):
@@ -223,7 +202,7 @@ async def test_last_event_id_resumes_across_replicas(replicas: list[ServerProces
     Last-Event-ID: nothing lost, nothing repeated."""
     async with clients(*replicas) as (a, b):
         async with open_stream(a, "/v1/stream") as feed:
-            run_id = await create(a, mode="continuable")
+            run_id = await create_run_async(a, mode="continuable")
             async with open_stream(a, f"/v1/runs/{run_id}/stream") as stream:
                 await stream.next()  # run/snapshot
                 await post(a, run_id, message(text("turn one")))
@@ -261,7 +240,7 @@ async def test_concurrent_ingest_through_both_replicas_is_gap_free_and_deduped(
     each eventId, sent through both replicas at once, is stored once."""
     writers, batches, per_batch = 6, 15, 4
     async with clients(*replicas) as (a, b):
-        run_id = await create(a)
+        run_id = await create_run_async(a)
 
         async def writer(number: int) -> tuple[int, int]:
             accepted = duplicates = 0
@@ -299,7 +278,7 @@ async def test_firehose_readers_never_skip_a_late_commit(
 
             async def lifecycle(number: int) -> None:
                 first, second = (a, b) if number % 2 else (b, a)
-                run_id = await create(first, agent=f"racer-{number}")
+                run_id = await create_run_async(first, agent=f"racer-{number}")
                 await post(second, run_id, message(text(f"run {number}")))
                 await end(second, run_id)
 
@@ -310,6 +289,16 @@ async def test_firehose_readers_never_skip_a_late_commit(
             for feed in (feed_a, feed_b):
                 received = await tail_until(feed, committed[-1])
                 assert received == committed, f"skipped {sorted(set(committed) - set(received))}"
+
+
+async def parked(client: httpx.AsyncClient, waiter: asyncio.Task[httpx.Response]) -> None:
+    """Return once the ``?wait=`` request ``waiter`` is parked on this replica: its
+    ``lastword_result_waiters`` gauge reads 1 (bounded: a few seconds)."""
+    async with asyncio.timeout(PROMPT_SECONDS):
+        while (await client.get("/metrics")).text.count("\nlastword_result_waiters 1.0") == 0:
+            assert not waiter.done(), waiter.result().text
+            await asyncio.sleep(0.01)
+    assert not waiter.done()
 
 
 async def tail_until(feed: Stream, last_id: int) -> list[int]:
@@ -436,7 +425,7 @@ async def test_a_replica_cut_off_from_the_database_answers_503_and_recovers(data
     proxy = CuttableProxy(str(params.get("host", "127.0.0.1")), int(str(params.get("port", 5432))))
     with serving(through(proxy, database_url, f"lw-cut-{uuid.uuid4().hex[:8]}")) as (server,):
         async with clients(server) as (client,):
-            run_id = await create(client)
+            run_id = await create_run_async(client)
             stored = [chunk("before ", "e-before")]
             await post(client, run_id, *stored)
 
@@ -464,7 +453,7 @@ async def test_terminated_connections_are_replaced_without_a_failed_request(
     """After pg_terminate_backend kills every session of replica A (pool and listener), A's
     next requests succeed and its subscribers again hear B's commits."""
     async with clients(*replicas) as (a, b):
-        run_id = await create(a)
+        run_id = await create_run_async(a)
         with psycopg.connect(database_url, autocommit=True) as connection:
             killed = connection.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",

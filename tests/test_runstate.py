@@ -27,6 +27,7 @@ from lastword.errors import (
 from lastword.fold import TurnFold
 from lastword.records import RunMode, RunRecord, RunSpec, TurnRecord
 from lastword.stop_reasons import WIRE_VALUES, StopReason
+from tests.builders import chunk, turn_end
 
 NOW = 1_700_000_000.0
 
@@ -34,17 +35,6 @@ NOW = 1_700_000_000.0
 def spec(run_id: str = "r", *, mode: RunMode = "oneshot", lease: float | None = 30.0, body: str = "{}") -> RunSpec:
     return RunSpec(run_id=run_id, parent_run_id=None, agent=None, mode=mode, metadata={}, lease_seconds=lease,
                    canonical=body)
-
-
-def text(value: str, event_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
-
-
-def end(reason: str = "completed") -> dict[str, Any]:
-    return {"type": "turn/end", "stopReason": reason}
 
 
 @dataclass
@@ -117,7 +107,7 @@ def test_a_repeated_create_is_answered_or_refused_by_its_body() -> None:
 
 def test_a_turn_end_in_a_batch_ends_the_turn_with_the_selected_output() -> None:
     memory = Memory.create(runstate.create(spec(), NOW, 60))
-    change = runstate.append(memory.run, memory.fold, list(enumerate([text("hel"), text("lo"), end("stop")])), NOW + 1)
+    change = runstate.append(memory.run, memory.fold, list(enumerate([chunk("hel"), chunk("lo"), turn_end("stop")])), NOW + 1)
     memory.apply(change)
     assert memory.run.status == "ended" and memory.run.lease_expires_at is None
     assert [e.type for e in memory.log] == ["subagent/start", "assistant/chunk", "assistant/chunk", "turn/end",
@@ -130,7 +120,7 @@ def test_a_turn_end_in_a_batch_ends_the_turn_with_the_selected_output() -> None:
 def test_nothing_may_follow_a_turn_end_in_its_request() -> None:
     memory = Memory.create(runstate.create(spec(), NOW, 60))
     with pytest.raises(RunEnded) as refused:
-        runstate.append(memory.run, memory.fold, list(enumerate([end(), text("late")])), NOW)
+        runstate.append(memory.run, memory.fold, list(enumerate([turn_end(), chunk("late")])), NOW)
     assert refused.value.extra["index"] == 1
 
 
@@ -164,7 +154,7 @@ def test_the_sweep_ends_only_a_running_turn_whose_lease_ran_out() -> None:
 
 def test_every_accepted_event_renews_the_lease() -> None:
     memory = Memory.create(runstate.create(spec(lease=10), NOW, 60))
-    memory.apply(runstate.append(memory.run, memory.fold, [(0, text("x"))], NOW + 7))
+    memory.apply(runstate.append(memory.run, memory.fold, [(0, chunk("x"))], NOW + 7))
     assert memory.run.lease_expires_at == NOW + 17 and memory.run.updated_at == NOW + 7
 
 
@@ -195,11 +185,11 @@ def test_a_oneshot_run_has_one_turn_and_is_not_closed() -> None:
 
 
 def test_a_repeated_event_id_is_kept_once_and_other_content_is_a_conflict() -> None:
-    events = [text("a", "1"), text("b", "2"), text("a", "1")]
-    fresh, duplicates = runstate.without_duplicates(events, {"2": text("b", "2")})
+    events = [chunk("a", "1"), chunk("b", "2"), chunk("a", "1")]
+    fresh, duplicates = runstate.without_duplicates(events, {"2": chunk("b", "2")})
     assert [index for index, _ in fresh] == [0] and duplicates == 2
     with pytest.raises(EventIdConflict) as refused:
-        runstate.without_duplicates([text("a", "1"), text("z", "1")], {})
+        runstate.without_duplicates([chunk("a", "1"), chunk("z", "1")], {})
     assert refused.value.extra == {"index": 1, "eventId": "1"}
 
 
@@ -227,7 +217,7 @@ def test_any_sequence_of_operations_keeps_the_run_consistent(
         before = memory.run
         try:
             if operation in ("append", "append_end"):
-                events = [text(f"t{i}") for i in range(count)] + ([end(reason)] if operation == "append_end" else [])
+                events = [chunk(f"t{i}") for i in range(count)] + ([turn_end(reason)] if operation == "append_end" else [])
                 if not events:
                     continue
                 if not runstate.accepts_events(before):
@@ -282,8 +272,8 @@ def test_event_ids_are_stored_once_and_conflicts_refuse_the_batch(
     events: list[tuple[str | None, str]], stored: dict[str, str]
 ) -> None:
     """Each eventId ends up in the log once; a repeat with other content refuses the whole batch."""
-    batch = [text(content, event_id) for event_id, content in events]
-    in_log = {event_id: text(content, event_id) for event_id, content in stored.items()}
+    batch = [chunk(content, event_id) for event_id, content in events]
+    in_log = {event_id: chunk(content, event_id) for event_id, content in stored.items()}
     first_content: dict[str, str] = dict(stored)
     conflict = False
     for event_id, content in events:

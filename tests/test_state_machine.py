@@ -31,14 +31,13 @@ from hypothesis.stateful import (
 )
 
 from lastword.settings import Settings
+from tests.builders import message, turn_end
+from tests.reference import expected_output, expected_usage
 from tests.servers import threaded_server
 
 #: Shrinking a failing sequence replays it against the server many times (up to hypothesis's
 #: five-minute shrink limit): opt in with LASTWORD_SHRINK=1 when a failure needs a short example.
 PHASES = [Phase.explicit, Phase.generate] + ([Phase.shrink] if os.environ.get("LASTWORD_SHRINK") == "1" else [])
-
-USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-BOOKKEEPING = {"step-start", "step-finish", "patch"}
 
 #: Stop reasons as a producer may send them, and the wire value each must become (§6).
 STOP_REASONS = {
@@ -48,37 +47,6 @@ STOP_REASONS = {
     "cancelled": "cancelled", "canceled": "cancelled", "aborted": "cancelled",
     "error": "error", "failed": "error",
 }
-
-
-# -- the model of the rule (§5) and of usage (§4) ------------------------------------------
-
-
-def substantive(block: dict[str, Any]) -> bool:
-    if block["type"] == "text":
-        return bool(block["text"].strip() != "")
-    return block["type"] != "tool_result" and block["type"] not in BOOKKEEPING
-
-
-def expected_output(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """§5, naively: the last message with substance, else the streamed text if not blank, else []."""
-    messages = [e["message"]["content"] for e in events
-                if e["type"] == "assistant/message" and any(substantive(b) for b in e["message"]["content"])]
-    if messages:
-        return [block for block in messages[-1] if substantive(block)]
-    text = "".join(e["delta"]["text"] for e in events
-                   if e["type"] == "assistant/chunk" and e["delta"]["type"] == "text")
-    return [{"type": "text", "text": text}] if text.strip() else []
-
-
-def expected_usage(events: list[dict[str, Any]]) -> dict[str, int]:
-    """The sum over the turn's messages, empty ones too; ``turn/end`` usage only without any."""
-    messages = [e["message"] for e in events if e["type"] == "assistant/message"]
-    sources = messages if messages else [e for e in events if e["type"] == "turn/end"]
-    total = dict.fromkeys(USAGE_FIELDS, 0)
-    for source in sources:
-        for name, value in (source.get("usage") or {}).items():
-            total[name] += value
-    return total
 
 
 @dataclass
@@ -146,31 +114,17 @@ def with_id(event: dict[str, Any], event_id: str | None) -> dict[str, Any]:
     return event if event_id is None else {**event, "eventId": event_id}
 
 
-def _message(content: list[dict[str, Any]], usage: dict[str, int] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"content": content}
-    if usage is not None:
-        body["usage"] = usage
-    return {"type": "assistant/message", "message": body}
-
-
-def _turn_end(reason: str, usage: dict[str, int] | None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "turn/end", "stopReason": reason}
-    if usage is not None:
-        event["usage"] = usage
-    return event
-
-
 plain_events = weighted(
     text=(4, texts.map(lambda t: {"type": "assistant/chunk", "delta": {"type": "text", "text": t}})),
     reasoning=(1, texts.map(lambda t: {"type": "assistant/chunk", "delta": {"type": "reasoning", "text": t}})),
-    message=(4, st.builds(_message, st.lists(blocks, min_size=1, max_size=4), usages)),
-    empty=(1, st.builds(_message, st.just([]), usages)),  # usage only: must never hide a message
+    message=(4, st.builds(lambda content, use: message(*content, usage=use), st.lists(blocks, min_size=1, max_size=4), usages)),
+    empty=(1, st.builds(lambda use: message(usage=use), usages)),  # usage only: must never hide a message
     tool=(1, st.just({"type": "tool/result", "toolCallId": "c1", "content": "found"})),
     user=(1, st.just({"type": "user/message", "message": {"content": "go on"}})),
     other=(1, st.sampled_from([{"type": "step/start"}, {"type": "step/finish"}, {"type": "x-trace", "span": 1}])),
 )
 events = st.builds(with_id, plain_events, event_ids)
-turn_ends = st.builds(with_id, st.builds(_turn_end, st.sampled_from(sorted(STOP_REASONS)), usages), event_ids)
+turn_ends = st.builds(with_id, st.builds(turn_end, st.sampled_from(sorted(STOP_REASONS)), usages), event_ids)
 batches = st.tuples(st.lists(events, min_size=1, max_size=5), st.sampled_from(["open"] * 7 + ["end"] * 2 + ["mid"])).flatmap(
     lambda pair: st.just(pair[0]) if pair[1] == "open"
     else turn_ends.map(lambda end: [*pair[0], end]) if pair[1] == "end"  # ends the turn
@@ -519,20 +473,3 @@ def test_the_lifecycle_follows_the_contract(machine_url: str) -> None:
     )
     run_state_machine_as_test(machine, settings=run_settings)
 
-
-def test_the_model_agrees_with_itself_on_the_spec_examples() -> None:
-    """The test's own rule model gives the answers SPEC §5 names (so the machine checks the right thing)."""
-    def message(*content: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "assistant/message", "message": {"content": list(content)}}
-
-    def chunk(text: str) -> dict[str, Any]:
-        return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
-
-    text = {"type": "text", "text": "answer"}
-    call = {"type": "tool_call", "id": "c", "name": "n", "input": {}}
-    assert expected_output([message(text), message()]) == [text]  # empty never hides
-    assert expected_output([chunk("streamed"), message(call)]) == [call]  # textless beats text
-    assert expected_output([message(text), chunk("later")]) == [text]  # message beats later text
-    assert expected_output([message({"type": "tool_result", "toolCallId": "c", "content": "x"})]) == []
-    assert expected_output([chunk("kept "), chunk("text")]) == [{"type": "text", "text": "kept text"}]
-    assert expected_output([chunk(" "), chunk("\n")]) == []

@@ -12,33 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.builders import chunk, create_run_async, message, text
 from tests.servers import threaded_server
 from tests.sse import WAIT_SECONDS, ids, open_stream, payload, strictly_increasing
 
 pytestmark = pytest.mark.anyio
 
 LIFECYCLE = {"subagent/start", "subagent/end", "run/closed"}
-
-
-def text_chunk(text: str) -> dict[str, Any]:
-    return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
-
-
-def message(*blocks: dict[str, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"content": list(blocks)}
-    if usage is not None:
-        body["usage"] = usage
-    return {"type": "assistant/message", "message": body}
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-async def create(client: httpx.AsyncClient, **body: Any) -> str:
-    response = await client.post("/v1/runs", json=body)
-    assert response.status_code == 201, response.text
-    return str(response.json()["runId"])
 
 
 async def post_events(client: httpx.AsyncClient, run_id: str, *events: dict[str, Any]) -> None:
@@ -90,7 +70,7 @@ async def test_run_stream_opens_with_a_snapshot_of_the_run_and_its_current_resul
     client: httpx.AsyncClient,
 ) -> None:
     """A fresh subscription's first event is run/snapshot: the run and the output selected so far."""
-    run_id = await create(client, agent="researcher")
+    run_id = await create_run_async(client, agent="researcher")
     await post_events(client, run_id, message(text("so far"), usage={"inputTokens": 3, "outputTokens": 2}))
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         snapshot = await stream.next()
@@ -106,7 +86,7 @@ async def test_run_stream_opens_with_a_snapshot_of_the_run_and_its_current_resul
 
 async def test_oneshot_stream_sends_subagent_end_and_then_closes(client: httpx.AsyncClient) -> None:
     """A oneshot run's stream delivers subagent/end when the turn ends and then closes."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         snapshot = await stream.next()
         await post_events(client, run_id, message(text("done")))
@@ -119,7 +99,7 @@ async def test_oneshot_stream_sends_subagent_end_and_then_closes(client: httpx.A
 
 async def test_stream_of_an_ended_oneshot_run_is_just_the_snapshot(client: httpx.AsyncClient) -> None:
     """Subscribing to a finished oneshot run gives its final snapshot and closes."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     await post_events(client, run_id, message(text("final")))
     await end(client, run_id, "max_tokens")
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
@@ -133,7 +113,7 @@ async def test_continuable_stream_stays_open_across_turns_and_closes_after_close
     client: httpx.AsyncClient,
 ) -> None:
     """A continuable run's stream carries every turn's start and end, then run/closed, then closes."""
-    run_id = await create(client, mode="continuable")
+    run_id = await create_run_async(client, mode="continuable")
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         seen = [await stream.next()]
         await post_events(client, run_id, message(text("turn one")))
@@ -162,7 +142,7 @@ async def test_continuable_stream_stays_open_across_turns_and_closes_after_close
 
 async def test_chunks_are_streamed_only_with_include_chunks(client: httpx.AsyncClient) -> None:
     """?include=chunks adds the live assistant/chunk deltas in order; without it there are none."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     deltas = ["Hel", "lo, ", "wor", "ld"]
     async with (
         open_stream(client, f"/v1/runs/{run_id}/stream?include=chunks") as with_chunks,
@@ -171,7 +151,7 @@ async def test_chunks_are_streamed_only_with_include_chunks(client: httpx.AsyncC
         await with_chunks.next()
         await without.next()
         for delta in deltas:
-            await post_events(client, run_id, text_chunk(delta))
+            await post_events(client, run_id, chunk(delta))
         await client.post(f"/v1/runs/{run_id}/chunks", content=b"!", headers={"content-type": "text/plain"})
         await end(client, run_id, "cancelled")
         chunked = await with_chunks.until_closed()
@@ -188,7 +168,7 @@ async def test_chunks_are_streamed_only_with_include_chunks(client: httpx.AsyncC
 
 async def test_idle_stream_sends_keepalive_comments(client: httpx.AsyncClient) -> None:
     """While nothing happens, the stream sends SSE comment lines, so proxies keep it open."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     comments: list[str] = []
     async with client.stream("GET", f"/v1/runs/{run_id}/stream") as response:
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -211,7 +191,7 @@ async def test_unknown_run_stream_is_a_404_problem(client: httpx.AsyncClient) ->
 
 async def test_bad_last_event_id_is_a_400_problem(client: httpx.AsyncClient) -> None:
     """A Last-Event-ID the stream could never have sent is refused with a 400 problem document."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     for bad_id in ("abc", "-3", "1.5", str(2**64)):
         for path in (f"/v1/runs/{run_id}/stream", "/v1/stream"):
             response = await refused(client, path, headers={"Last-Event-ID": bad_id})
@@ -222,7 +202,7 @@ async def test_bad_last_event_id_is_a_400_problem(client: httpx.AsyncClient) -> 
 
 async def test_resume_point_past_the_end_of_the_stream_is_a_400_problem(client: httpx.AsyncClient) -> None:
     """Resuming after an id the stream has not reached yet is refused, not silently waited for."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     past = str((await client.get(f"/v1/runs/{run_id}")).json()["lastSeq"] + 1000)
     for path in (f"/v1/runs/{run_id}/stream", "/v1/stream"):
         for response in (
@@ -235,7 +215,7 @@ async def test_resume_point_past_the_end_of_the_stream_is_a_400_problem(client: 
 
 async def test_bad_after_is_a_422_problem(client: httpx.AsyncClient) -> None:
     """An ?after= that is not a 64-bit id is refused with a 422 problem document."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     for after in ("-1", "abc", str(2**64)):
         for path in (f"/v1/runs/{run_id}/stream", "/v1/stream"):
             response = await refused(client, path, params={"after": after})
@@ -248,11 +228,11 @@ async def test_run_stream_resumes_after_a_disconnect_with_nothing_lost_or_repeat
     client: httpx.AsyncClient, resume_by: str
 ) -> None:
     """Reconnecting with the last id received gives exactly the events that followed it."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
 
     async def produce() -> None:
         for index in range(40):
-            await post_events(client, run_id, text_chunk(f"<{index}>"))
+            await post_events(client, run_id, chunk(f"<{index}>"))
         await end(client, run_id, "cancelled")
 
     path = f"/v1/runs/{run_id}/stream?include=chunks"
@@ -280,7 +260,7 @@ async def test_run_stream_resumes_after_a_disconnect_with_nothing_lost_or_repeat
 
 async def test_resume_from_the_snapshot_id_gives_what_followed_the_snapshot(client: httpx.AsyncClient) -> None:
     """The snapshot's id is a resume point: resuming from it yields only later events."""
-    run_id = await create(client, mode="continuable")
+    run_id = await create_run_async(client, mode="continuable")
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         snapshot = await stream.next()
     await end(client, run_id)
@@ -292,7 +272,7 @@ async def test_resume_from_the_snapshot_id_gives_what_followed_the_snapshot(clie
 
 async def test_subagent_end_carries_the_same_output_as_the_result(client: httpx.AsyncClient) -> None:
     """subagent/end's lastAssistantMessage is the result's output, even after an empty final message."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     partial = [text("partial answer"), {"type": "tool_call", "id": "c1", "name": "grep", "input": {"q": "x"}}]
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         await stream.next()
@@ -316,7 +296,7 @@ async def test_subagent_end_without_output_has_no_last_assistant_message(
     client: httpx.AsyncClient, mode: str
 ) -> None:
     """When the output is empty, subagent/end has no lastAssistantMessage key at all."""
-    run_id = await create(client, mode=mode)
+    run_id = await create_run_async(client, mode=mode)
     async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
         await stream.next()
         await post_events(client, run_id, message(text("   "), usage={"inputTokens": 1, "outputTokens": 1}))
@@ -334,14 +314,14 @@ async def test_slow_subscriber_receives_every_event_in_order_once_it_reads(make_
             httpx.AsyncClient(base_url=url, timeout=WAIT_SECONDS) as client,
             httpx.AsyncClient(base_url=url, timeout=WAIT_SECONDS) as reader,
         ):
-            run_id = await create(client)
+            run_id = await create_run_async(client)
             async with open_stream(reader, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
                 snapshot = await stream.next()
                 # Not reading: batches far larger than the buffer, and more bytes (16 MB) than
                 # the connection holds, so the server's sender stalls while events keep coming.
                 filler = "x" * 40_000
                 for batch in range(40):
-                    chunks = [text_chunk(f"[{batch}.{index}]{filler}") for index in range(10)]
+                    chunks = [chunk(f"[{batch}.{index}]{filler}") for index in range(10)]
                     await post_events(client, run_id, *chunks)
                 await end(client, run_id, "cancelled")
                 received = await stream.until_closed()
@@ -354,7 +334,7 @@ async def test_keepalives_never_reach_an_sse_client_as_events(make_settings: Any
     """Between events, keep-alives are invisible to an SSE client library: no phantom events."""
     with threaded_server(make_settings(keepalive_seconds=0.2)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=WAIT_SECONDS) as client:
-            run_id = await create(client)
+            run_id = await create_run_async(client)
             async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
                 await stream.next()
                 await asyncio.sleep(1.0)  # several keep-alives go by
@@ -371,7 +351,7 @@ async def open_subscriptions(client: httpx.AsyncClient) -> float:
 
 async def test_subscriber_gauge_counts_open_streams_and_returns_to_zero(client: httpx.AsyncClient) -> None:
     """lastword_sse_subscribers counts open streams, and drops back when they close or clients leave."""
-    run_id = await create(client)
+    run_id = await create_run_async(client)
     async with open_stream(client, "/v1/stream") as firehose:
         async with open_stream(client, f"/v1/runs/{run_id}/stream") as stream:
             await stream.next()
@@ -391,9 +371,9 @@ async def test_subscriber_gauge_counts_open_streams_and_returns_to_zero(client: 
 async def test_firehose_carries_lifecycle_events_of_every_run(client: httpx.AsyncClient) -> None:
     """/v1/stream gets every run's subagent/start and subagent/end, and no chunks or messages."""
     async with open_stream(client, "/v1/stream") as stream:
-        parent = await create(client, agent="lead")
-        child = await create(client, parentRunId=parent, agent="worker")
-        await post_events(client, child, text_chunk("hidden"), message(text("child answer")))
+        parent = await create_run_async(client, agent="lead")
+        child = await create_run_async(client, parentRunId=parent, agent="worker")
+        await post_events(client, child, chunk("hidden"), message(text("child answer")))
         await end(client, child)
         await end(client, parent)
         events = await stream.take(4)
@@ -410,17 +390,17 @@ async def test_firehose_carries_lifecycle_events_of_every_run(client: httpx.Asyn
 
 async def test_firehose_filters_by_parent_run(client: httpx.AsyncClient) -> None:
     """?parentRunId= limits the firehose to that parent's children."""
-    parent = await create(client)
+    parent = await create_run_async(client)
     async with open_stream(client, f"/v1/stream?parentRunId={parent}") as stream:
-        other = await create(client)
-        child = await create(client, parentRunId=parent)
-        stranger = await create(client, parentRunId=other)
+        other = await create_run_async(client)
+        child = await create_run_async(client, parentRunId=parent)
+        stranger = await create_run_async(client, parentRunId=other)
         await end(client, stranger)
         await end(client, parent)
         await end(client, child)
         events = await stream.take(2)
         # A later child of the parent comes next, not the other runs' events.
-        late = await create(client, parentRunId=parent)
+        late = await create_run_async(client, parentRunId=parent)
         events.append(await stream.next())
     assert [(event.event, payload(event)["runId"]) for event in events] == [
         ("subagent/start", child),
@@ -433,9 +413,9 @@ async def test_firehose_filters_by_parent_run(client: httpx.AsyncClient) -> None
 async def test_firehose_resumes_with_nothing_lost_or_repeated(client: httpx.AsyncClient, resume_by: str) -> None:
     """A firehose reconnecting with its last id gets exactly the lifecycle events that followed."""
     async with open_stream(client, "/v1/stream") as stream:
-        first_runs = [await create(client) for _ in range(3)]
+        first_runs = [await create_run_async(client) for _ in range(3)]
         first = await stream.take(3)
-    later_runs = [await create(client) for _ in range(2)]
+    later_runs = [await create_run_async(client) for _ in range(2)]
     for run_id in first_runs + later_runs:
         await end(client, run_id)
     if resume_by == "after":

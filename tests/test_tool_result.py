@@ -10,12 +10,9 @@ from hypothesis import strategies as st
 
 from lastword.fold import final_assistant_output
 from lastword.tool_result import NO_TEXT_OUTPUT, tool_result
+from tests.builders import text
 
 NOT_COMPLETED = ["max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
 
 
 def only_text(result: dict[str, Any]) -> str:
@@ -163,3 +160,71 @@ def test_text_of_a_fold_output_is_never_blank(stop_reason: str, events: list[dic
     """On any output the fold selects, the tool result's text has a visible character."""
     result = tool_result(stop_reason, final_assistant_output(events), error)
     assert only_text(result).strip() != ""
+
+
+# -- the headline, word for word -----------------------------------------------------------------
+
+#: What the headline says happened, for each stop reason that is not ``completed``.
+EXPLANATIONS = {
+    "max_tokens": "it reached its output-token limit",
+    "max_turns": "it reached its turn limit",
+    "refusal": "it refused",
+    "cancelled": "it was cancelled",
+    "error": "it failed",
+    "timeout": "it stopped reporting before its lease ran out",
+}
+
+
+def test_every_stop_reason_but_completed_has_an_explanation() -> None:
+    """The explanations cover exactly the wire values that are not completed."""
+    assert sorted(EXPLANATIONS) == sorted(NOT_COMPLETED)
+
+
+@pytest.mark.parametrize(("stop_reason", "explanation"), list(EXPLANATIONS.items()))
+def test_the_headline_names_the_stop_reason_and_what_it_means(stop_reason: str, explanation: str) -> None:
+    """Each stop reason gets its own explanation; the error message follows after 'Error:'."""
+    plain = f"The subagent did not complete (stopReason: {stop_reason}): {explanation}."
+    assert only_text(tool_result(stop_reason, [], None)) == plain
+    with_error = only_text(tool_result(stop_reason, [text("so far")], {"message": "upstream\n 529"}))
+    assert with_error == plain + " Error: upstream 529\n\nso far"
+
+
+def test_blank_text_blocks_are_left_out_of_the_joined_text() -> None:
+    """Blank text blocks add no empty paragraph; non-text blocks and odd text values are skipped."""
+    output = [text("a"), text("  \n"), {"type": "text", "text": 5}, {"type": "text"}, text("b")]
+    assert only_text(tool_result("completed", output, None)) == "a\n\nb"
+    assert only_text(tool_result("completed", [text(" ")], None)) == NO_TEXT_OUTPUT
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        ({"message": {"detail": "disk full", "ok": False}}, '{"detail":"disk full","ok":false}'),
+        ({"message": ["a", 1, None]}, '["a",1,null]'),
+        ({"message": True}, "true"),
+        ({"message": 0}, "0"),
+        (["quota", {"left": 0}], '["quota",{"left":0}]'),
+        (False, "false"),
+        (2.5, "2.5"),
+    ],
+)
+def test_non_string_errors_are_shown_as_json(error: Any, shown: str) -> None:
+    """A non-string error (or message) is rendered as JSON in the headline, never as a Python repr."""
+    headline = only_text(tool_result("error", [], error)).split("\n")[0]
+    assert headline.endswith(" Error: " + shown)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(NOT_COMPLETED),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(alphabet=" \t\r\n\x0b\x0c\x1c\u2028\u3000ab"),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["message", "code"]), inner, max_size=2),
+        max_leaves=6,
+    ),
+)
+def test_headline_never_ends_with_a_bare_error_label(stop_reason: str, error: Any) -> None:
+    """Whatever the error, the headline never ends in "Error: " with nothing after it, nor holds a repr."""
+    headline = only_text(tool_result(stop_reason, [], error)).split("\n")[0]
+    assert not headline.rstrip().endswith("Error:")
+    assert "None" not in headline and "True" not in headline and "False" not in headline

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from lastword.errors import BatchTooLarge, EventTooLarge, InvalidCursor, UnsupportedMedia
+from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
 from lastword.events import EVENT_JSON_SCHEMA
 from lastword.ingest import (
     ingest_json,
@@ -20,8 +21,10 @@ from lastword.ingest import (
     storable_json,
     text_delta,
 )
+from lastword.provider_ingest import ingest_provider_stream
 from lastword.schemas import (
     AppendResult,
+    IngestResult,
     ChunkText,
     EndRequest,
     EventPage,
@@ -31,14 +34,19 @@ from lastword.schemas import (
     RunList,
     SubagentResult,
     ToolResult,
+    ChildrenJoin,
+    DeliveryList,
+    TranscriptPage,
 )
 from lastword.limits import MAX_INT64
 from lastword.service import RunService
-from lastword.records import AppendOutcome, RunStatus
+from lastword.records import AppendOutcome, RunStatus, TurnRecord
 from lastword.settings import Settings
+from lastword.strict_ints import DecimalDigits, parse_decimal
 from lastword.tool_result import tool_result
+from lastword.transcript import Format
 from lastword.stop_reasons import StopReason
-from lastword.views import logged_event_view, result_view, run_view, turn_summary_view
+from lastword.views import delivery_view, logged_event_view, result_view, run_view, turn_summary_view
 
 router = APIRouter(prefix="/v1")
 
@@ -69,14 +77,16 @@ DEFAULT_EVENTS_PAGE = 100
 
 RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
-    int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest).")
+    int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest)."), DecimalDigits
 ]
 WaitQuery = Annotated[
     float,
     Query(ge=0, allow_inf_nan=False,
           description="Seconds to wait for the turn to end (lowered to LASTWORD_MAX_WAIT_SECONDS)."),
 ]
-LimitQuery = Annotated[int, Query(ge=1, description="Most items in the page (lowered to LASTWORD_MAX_PAGE_SIZE).")]
+LimitQuery = Annotated[
+    int, Query(ge=1, description="Most items in the page (lowered to LASTWORD_MAX_PAGE_SIZE)."), DecimalDigits
+]
 
 
 @router.post(
@@ -85,7 +95,7 @@ LimitQuery = Annotated[int, Query(ge=1, description="Most items in the page (low
     response_model=Run,
     response_model_exclude_unset=True,
     responses={200: {"model": Run, "description": "The run existed with the same body."},
-               **problems(400, 409, 413, 415, 422)},
+               **problems(400, 404, 409, 410, 413, 415, 422)},
     openapi_extra=json_body(RunCreate.model_json_schema(ref_template="#/components/schemas/{model}"), required=False),
 )
 async def create_run(request: Request, response: Response) -> dict[str, Any]:
@@ -102,12 +112,12 @@ def _cursor(pk: int) -> str:
 
 def _cursor_pk(cursor: str) -> int:
     try:
-        pk = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
+        pk = parse_decimal(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")) or 0
     except ValueError:
         pk = 0
-    # Keys are positive 64-bit integers: anything else was never given out (and would not fit
-    # the database's integer type).
-    if not 0 < pk < MAX_INT64:
+    # Keys are positive 64-bit integers, written out exactly as _cursor writes them: anything
+    # else (another base64 spelling, ``3_0``, leading zeros) was never given out.
+    if not 0 < pk < MAX_INT64 or _cursor(pk) != cursor:
         raise InvalidCursor("the cursor is not one this service gave out")
     return pk
 
@@ -154,20 +164,21 @@ async def get_run(request: Request, runId: str) -> dict[str, Any]:
     return run_view(await service_of(request).get_run(runId))
 
 
+#: Events encoded between two looks at the event loop.
+ENCODE_SLICE = 256
+
+
 def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
-    """``append(events)`` for one run, refusing batches and events over the configured limits.
+    """``append(events)`` for one run, refusing events over the configured size limit.
 
     A refused event names its index in the batch, so a streamed body keeps the events before it.
     """
 
     async def append(events: list[dict[str, Any]]) -> AppendOutcome:
-        if len(events) > settings.max_batch_events:
-            raise BatchTooLarge(
-                f"the batch holds {len(events)} events; the limit is {settings.max_batch_events}",
-                limit=settings.max_batch_events,
-            )
         encoded = []
         for index, event in enumerate(events):
+            if index % ENCODE_SLICE == ENCODE_SLICE - 1:
+                await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
             body = storable_json(event, index)
             if len(body) > settings.max_event_bytes:
                 raise EventTooLarge(
@@ -210,7 +221,7 @@ async def append_events(request: Request, runId: str) -> dict[str, Any]:
     if kind in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
         return await ingest_ndjson(request, limit, append)
     if kind in ("application/json", ""):
-        return await ingest_json(request, limit, append)
+        return await ingest_json(request, limit, settings_of(request).max_batch_events, append)
     raise UnsupportedMedia(f"expected application/json or application/x-ndjson, got {kind!r}")
 
 
@@ -250,6 +261,41 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
     raise UnsupportedMedia(f"expected text/plain or application/json, got {kind!r}")
 
 
+INGEST_BODY = {
+    "parameters": [
+        {"name": "Idempotency-Key", "in": "header", "required": False,
+         "schema": {"type": "string", "maxLength": 160, "pattern": "^[!-~]+$"},
+         "description": "Event ids are derived from it instead of the provider's ids (ACP has none)."},
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/event-stream": {"schema": {"type": "string", "description": "The provider's SSE body as received."}},
+            "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+            "application/x-ndjson": {"schema": {"type": "string", "description": "One provider event per line."}},
+        },
+    },
+}
+
+
+@router.post(
+    "/runs/{runId}/ingest/{format}",
+    response_model=IngestResult,
+    response_model_exclude_unset=True,
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
+    openapi_extra=INGEST_BODY,
+)
+async def ingest_provider(
+    request: Request,
+    runId: str,
+    format: Annotated[Literal["anthropic", "openai-responses", "acp"],
+                      Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP.")],
+    end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn.")] = False,
+) -> dict[str, Any]:
+    """Store a provider's own stream (one model call) as session events (SPEC §13)."""
+    return await ingest_provider_stream(request, service_of(request), settings_of(request), runId, format, end)
+
+
 @router.post(
     "/runs/{runId}/end",
     response_model=SubagentResult,
@@ -276,11 +322,45 @@ async def close_run(request: Request, runId: str) -> dict[str, Any]:
     return run_view(await service_of(request).close_run(runId))
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (a GET's body is empty: what follows it is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _long_poll(request: Request, run_id: str, turn: int | None, wait: float) -> TurnRecord | None:
+    """The turn's result after up to ``wait`` seconds; None when the client left first.
+
+    A poll whose client disconnects is released at once: otherwise every dropped poll would
+    hold its waiter, task and memory until its ``wait`` ran out.
+    """
+    service = service_of(request)
+    if wait <= 0:
+        return (await service.result(run_id, turn, 0))[1]
+    poll = asyncio.ensure_future(service.result(run_id, turn, wait))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((poll, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (poll, gone):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(poll, gone, return_exceptions=True)
+    if poll.cancelled():
+        return None
+    return poll.result()[1]  # raises what the poll raised (404, 410, …)
+
+
+#: The status logged for a long poll whose client had gone (nginx's); nobody reads the answer.
+CLIENT_GONE = 499
+
+
 @router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
-async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> dict[str, Any]:
+async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
     """The turn's ``SubagentResult``; ``?wait=S`` blocks up to S seconds for it to end."""
-    wait = min(wait, settings_of(request).max_wait_seconds)
-    _, record = await service_of(request).result(runId, turn, wait)
+    record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
+    if record is None:
+        return Response(status_code=CLIENT_GONE)
     return result_view(record)
 
 
@@ -293,8 +373,9 @@ async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait:
 )
 async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
     """The parent model's tool result (MCP ``CallToolResult``); 202 while the turn runs."""
-    wait = min(wait, settings_of(request).max_wait_seconds)
-    _, record = await service_of(request).result(runId, turn, wait)
+    record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
+    if record is None:
+        return Response(status_code=CLIENT_GONE)
     if not record.ended or record.stop_reason is None:
         return JSONResponse(
             {"runId": runId, "turn": record.turn, "status": "running"},
@@ -308,7 +389,7 @@ async def get_tool_result(request: Request, runId: str, turn: TurnQuery = None, 
 async def get_events(
     request: Request,
     runId: str,
-    after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT64), DecimalDigits] = 0,
     limit: LimitQuery = DEFAULT_EVENTS_PAGE,
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
@@ -320,8 +401,47 @@ async def get_events(
     }
 
 
+@router.get(
+    "/runs/{runId}/messages",
+    response_model=TranscriptPage,
+    response_model_exclude_unset=True,
+    responses=problems(404, 410, 422),
+)
+async def get_messages(
+    request: Request,
+    runId: str,
+    format: Annotated[Format, Query(
+        description="anthropic: Messages API `messages`; openai: Chat Completions `messages`.")],
+    turn: TurnQuery = None,
+) -> dict[str, Any]:
+    """The provider-safe transcript: the run's history up to the end of ``turn``, ready to send."""
+    return (await service_of(request).messages(runId, format, turn)).as_json()
+
+
 def event_schema_components() -> dict[str, Any]:
     """The ingest event schemas, for the OpenAPI document's components."""
     schema = dict(EVENT_JSON_SCHEMA)
     definitions = schema.pop("$defs", {})
     return {"IngestEvent": schema, **definitions}
+
+
+@router.get("/runs/{runId}/deliveries", response_model=DeliveryList, response_model_exclude_unset=True,
+            responses=problems(404, 410))
+async def get_deliveries(request: Request, runId: str) -> dict[str, Any]:
+    """The run's webhook deliveries (one per ended turn) with every attempt and the next try."""
+    return {"deliveries": [delivery_view(d) for d in await service_of(request).deliveries(runId)]}
+
+
+@router.get("/runs/{runId}/children", response_model=ChildrenJoin, response_model_exclude_unset=True,
+            responses=problems(422))
+async def join_children(
+    request: Request,
+    runId: str,
+    wait: WaitQuery = 0,
+    any: Annotated[bool, Query(description="Answer as soon as one child's turn has ended.")] = False,  # noqa: A002
+) -> dict[str, Any]:
+    """Join: each child's current turn, once every one has ended (``?any=true``: the first) or
+    the wait runs out; ``done`` says which. The children are the runs naming ``runId`` as parent."""
+    wait = min(wait, settings_of(request).max_wait_seconds)
+    done, turns = await service_of(request).join(runId, wait, any_child=any)
+    return {"runId": runId, "done": done, "children": [result_view(turn) for turn in turns]}

@@ -102,6 +102,16 @@ _MESSAGE = {
                 "stopReason": "max_tokens"},
 }
 _APPENDED = {"accepted": 2, "duplicates": 0, "lastSeq": 9}
+#: A short Anthropic Messages stream (SPEC §13), as the provider sends it.
+_ANTHROPIC: list[dict[str, Any]] = [
+    {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                                          "content": [], "usage": {"input_tokens": 1200, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Found three call sites"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 4096}},
+    {"type": "message_stop"},
+]
 _SNAPSHOT = (
     f'id: 9\nevent: run/snapshot\ndata: {{"run": {{"runId": "{_RUN["runId"]}", "status": "running", "turn": 1}}, '
     '"result": {"status": "running", "output": []}}\n\n'
@@ -145,6 +155,15 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
         "response": ("200", "application/json", {**_RUN, "mode": "continuable", "status": "ended",
                                                  "leaseExpiresAt": None, "lastSeq": 15}),
     },
+    ("post", "/v1/runs/{runId}/ingest/{format}"): {
+        "request": {
+            "text/event-stream": "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in _ANTHROPIC),
+            "application/json": _ANTHROPIC,
+            "application/x-ndjson": "".join(json.dumps(e) + "\n" for e in _ANTHROPIC),
+        },
+        "response": ("200", "application/json", {"accepted": 3, "duplicates": 0, "lastSeq": 5,
+                                                 "stopReason": "max_tokens", "providerStopReason": "max_tokens"}),
+    },
     ("get", "/v1/runs/{runId}/result"): {"response": ("200", "application/json", _RESULT)},
     ("get", "/v1/runs/{runId}/tool-result"): {
         "response": ("200", "application/json", tool_result("max_tokens", _OUTPUT, None)),
@@ -157,8 +176,28 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
             {"seq": 2, "turn": 1, "receivedAt": "2026-11-30T14:00:01.000Z", "event": _CHUNK},
         ], "nextAfter": 2}),
     },
+    ("get", "/v1/runs/{runId}/messages"): {"response": ("200", "application/json", {
+        "format": "openai",
+        "messages": [
+            {"role": "assistant", "content": "Found three call sites of parse_config.", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "read_file", "arguments": '{"path":"app/config.py"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1",
+             "content": "The tool call was interrupted before it returned a result."},
+        ],
+        "omitted": [{"runId": _RUN["runId"], "seq": 11, "reason": "empty"}],
+        "inserted": [{"index": 1, "reason": "interrupted_tool_call", "toolCallId": "call_1"}],
+    })},
     ("get", "/v1/runs/{runId}/stream"): {"response": ("200", "text/event-stream", _SNAPSHOT)},
     ("get", "/v1/stream"): {"response": ("200", "text/event-stream", _FIREHOSE)},
+    ("get", "/v1/runs/{runId}/deliveries"): {"response": ("200", "application/json", {"deliveries": [{
+        "webhookId": f"msg_{_RUN['runId']}_1", "turn": 1, "state": "pending",
+        "attempts": [{"at": "2026-11-30T14:00:03.120Z", "statusCode": 503, "response": "busy", "durationMs": 41.7}],
+        "lastStatus": 503, "nextAttemptAt": "2026-11-30T14:00:04.300Z",
+    }]})},
+    ("get", "/v1/runs/{runId}/children"): {"response": ("200", "application/json", {
+        "runId": "parent-1", "done": True, "children": [_RESULT],
+    })},
     ("get", "/healthz"): {"response": ("200", "application/json", {"status": "ok"})},
     ("get", "/readyz"): {"response": ("200", "application/json", {"status": "ready"})},
     ("get", "/metrics"): {"response": ("200", "text/plain", (

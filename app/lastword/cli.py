@@ -1,8 +1,8 @@
 """The ``lastword`` command.
 
 ``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
-client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``demo``
-plays a scripted child.
+client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``audit``
+reports what its runs' transcripts had to repair; ``demo`` plays a scripted child.
 
 A refusal by the service or a service that cannot be reached is one line on stderr and an
 exit status (see ``EXIT_STATUSES``), never a traceback: the command is used from scripts.
@@ -83,6 +83,32 @@ def _demo(args: argparse.Namespace) -> int:
               f"{error.response.status_code}: {detail}", file=sys.stderr)
         return REFUSED
     print(run_id)
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import time
+
+    from lastword.audit import audit_runs, report_lines
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
+            audits = audit_runs(client, since_hours=args.since, now=time.time())
+    except httpx.HTTPStatusError as error:
+        print(f"lastword audit: {error.request.method} {error.request.url} answered "
+              f"{error.response.status_code}: {error.response.text.strip()}", file=sys.stderr)
+        return REFUSED
+    if args.json:
+        print(json.dumps([
+            {"runId": a.run_id, "agent": a.agent, "status": a.status,
+             "formats": {name: {"omitted": dict(t.omitted), "inserted": dict(t.inserted)}
+                         for name, t in a.formats.items()}}
+            for a in audits
+        ], indent=2))
+        return 0
+    for line in report_lines(audits, args.since):
+        print(line)
     return 0
 
 
@@ -249,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--batch", type=int, default=1000, help="events per request (default 1000)")
     _add_remote(push)
     push.set_defaults(handler=_push)
+
+    audit = commands.add_parser(
+        "audit",
+        help="report what the provider-safe transcript had to omit or repair, per run",
+        description="Read the runs created in the last HOURS through the API and report, per run and "
+        "format, what GET /v1/runs/{id}/messages left out (empty messages, blank text, unsigned "
+        "reasoning, unknown results, ...) and what it added (answers to interrupted tool calls, ...).",
+        epilog="example: lastword audit --url http://127.0.0.1:8000 --since 6",
+    )
+    audit.add_argument("--since", type=float, default=24.0, metavar="HOURS",
+                       help="audit runs created in the last HOURS hours (default 24)")
+    audit.add_argument("--json", action="store_true", help="print the counts as JSON instead")
+    _add_remote(audit)
+    audit.set_defaults(handler=_audit)
     return parser
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -37,7 +37,7 @@ from tenacity import (
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
 from lastword.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher
-from lastword.schemas import AppendResult, Run, SubagentResult, ToolResult
+from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
 
 __all__ = [
     "AsyncLastwordClient",
@@ -91,16 +91,90 @@ class _Call(Generic[T]):
     answer: Callable[[httpx.Response], T]
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
+    #: A raw body (bytes, or an iterable of pieces streamed once) and its headers.
+    content: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
     #: The request's time-out; None: the client's own.
     timeout: float | None = None
+
+    @property
+    def retriable(self) -> bool:
+        """A streamed body cannot be sent twice."""
+        return self.content is None or isinstance(self.content, bytes)
 
     def options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"params": self.params}
         if self.json is not None:
             options["json"] = self.json
+        if self.content is not None:
+            options["content"] = self.content
+        if self.headers:
+            options["headers"] = self.headers
         if self.timeout is not None:
             options["timeout"] = self.timeout
         return options
+
+
+#: What ``push_provider_stream`` takes: a whole body (bytes or str, sent as is and retried on
+#: failure), or an iterable of provider events (dicts or SDK models, sent as NDJSON) or of raw
+#: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed once; the async
+#: client also takes async iterables of either.
+ProviderBody = bytes | str | Iterable[Any] | AsyncIterable[Any]
+
+
+def _event_json(event: Any) -> bytes:
+    """One provider event as NDJSON: a dict, or an SDK model serialised as its SDK does."""
+    if hasattr(event, "to_dict"):  # the anthropic and openai SDKs' models
+        event = event.to_dict()
+    elif isinstance(event, BaseModel):  # e.g. agent-client-protocol's schema models
+        event = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return orjson.dumps(event) + b"\n"
+
+
+def _encode(item: Any) -> bytes:
+    return item if isinstance(item, bytes) else item.encode() if isinstance(item, str) else _event_json(item)
+
+
+def _sniff(body: bytes) -> str:
+    """The content type of a whole body: a JSON array, NDJSON, or (otherwise) SSE."""
+    head = body.lstrip()[:1]
+    return {b"[": "application/json", b"{": "application/x-ndjson"}.get(head, "text/event-stream")
+
+
+def _kind_of(first: Any) -> str:
+    """An iterable's content type, from its first item: raw pieces are SSE, events NDJSON."""
+    return "text/event-stream" if isinstance(first, (bytes, str)) else "application/x-ndjson"
+
+
+def _pieces(items: Iterable[Any]) -> tuple[Iterator[bytes], str]:
+    iterator = iter(items)
+    first = next(iterator, None)
+
+    def pieces() -> Iterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        for item in iterator:
+            yield _encode(item)
+
+    return pieces(), _kind_of(first)
+
+
+async def _apieces(items: AsyncIterable[Any]) -> tuple[AsyncIterator[bytes], str]:
+    iterator = aiter(items)
+    first = await anext(iterator, None)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        async for item in iterator:
+            yield _encode(item)
+
+    return pieces(), _kind_of(first)
+
+
+async def _async_of(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
 
 
 def _decoder(model: type[M]) -> Callable[[httpx.Response], M]:
@@ -171,6 +245,27 @@ class _Core:
     def tool_result(self, run_id: str, turn: int | None, wait: float) -> _Call[ToolResult | None]:
         params: dict[str, Any] = {"wait": wait, **_turn_params(turn)}
         return _Call("GET", f"/v1/runs/{run_id}/tool-result", _tool_result_or_none, params=params,
+                     timeout=self.long_poll_timeout(wait))
+
+    def push_provider_stream(
+        self, run_id: str, format: str, body: Any, kind: str, end: bool, idempotency_key: str | None
+    ) -> _Call[IngestResult]:
+        """An ingest of a provider's own stream (SPEC §13); ``body`` is bytes or pieces.
+
+        An ACP stream has no ids of its own, so it gets an ``Idempotency-Key`` before the first
+        attempt, as events get ``eventId``s: a retried body is then counted as duplicates.
+        """
+        headers = {"content-type": kind}
+        if idempotency_key is None and format == "acp":
+            idempotency_key = uuid.uuid4().hex
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult),
+                     params={"end": "true" if end else "false"}, content=body, headers=headers)
+
+    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
+                     params={"wait": wait, "any": "true" if any_child else "false"},
                      timeout=self.long_poll_timeout(wait))
 
     @staticmethod
@@ -332,6 +427,8 @@ class LastwordClient:
         self._http.close()
 
     def _send(self, call: _Call[T]) -> T:
+        if not call.retriable:
+            return call.answer(self._http.request(call.method, call.path, **call.options()))
         for attempt in Retrying(**self._core.retry_policy()):
             with attempt:
                 response = self._core.check(self._http.request(call.method, call.path, **call.options()))
@@ -368,6 +465,25 @@ class LastwordClient:
 
         return Pusher(send, linger=linger, max_events=max_events)
 
+    def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (``anthropic``, ``openai-responses``, ``acp``; SPEC §13).
+
+        A whole body (bytes or str) is retried on failure; an iterable is streamed once.
+        """
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        if isinstance(body, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.push_provider_stream")
+        if isinstance(body, bytes):
+            content: Any = body
+            kind = _sniff(body)
+        else:
+            content, kind = _pieces(body)
+        return self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
+                                                          idempotency_key))
+
     def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""
         return self._send(self._core.end(run_id, stop_reason, error, cascade))
@@ -386,6 +502,16 @@ class LastwordClient:
             result = self._send(wait.next_call())
             if wait.finished(result):
                 return result
+
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """Every child's current turn once all have ended (``any_child``: the first), or as they
+        stand when ``timeout`` runs out; ``done`` says which."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
 
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""
@@ -459,6 +585,8 @@ class AsyncLastwordClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call[T]) -> T:
+        if not call.retriable:
+            return call.answer(await self._http.request(call.method, call.path, **call.options()))
         async for attempt in AsyncRetrying(**self._core.retry_policy()):
             with attempt:
                 response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
@@ -495,6 +623,23 @@ class AsyncLastwordClient:
 
         return AsyncPusher(send, linger=linger, max_events=max_events)
 
+    async def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (SPEC §13); an async iterable is streamed as it yields."""
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        content: Any
+        if isinstance(body, bytes):
+            content, kind = body, _sniff(body)
+        elif isinstance(body, AsyncIterable):
+            content, kind = await _apieces(body)
+        else:
+            pieces, kind = _pieces(body)
+            content = _async_of(pieces)
+        return await self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
+                                                                idempotency_key))
+
     async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""
         return await self._send(self._core.end(run_id, stop_reason, error, cascade))
@@ -513,6 +658,15 @@ class AsyncLastwordClient:
             result = await self._send(wait.next_call())
             if wait.finished(result):
                 return result
+
+    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """As :meth:`LastwordClient.join`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
+            joined = await self._send(self._core.join(run_id, wait, any_child))
+            if joined.done or wait <= 0:
+                return joined
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
         """The parent model's tool result; ``None`` while the turn still runs."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from lastword.demo_provider import acp_cancelled, anthropic_max_tokens, openai_incomplete
+
 Script = Callable[[httpx.Client, str], None]
 
 
@@ -101,6 +103,10 @@ SCENARIOS: dict[str, Script] = {
     "cancelled-streaming": cancelled_streaming,
     "reasoning-only": reasoning_only,
     "completed": completed,
+    # Raw provider streams through the native adapters (SPEC §13).
+    "anthropic-max-tokens": anthropic_max_tokens,
+    "openai-incomplete": openai_incomplete,
+    "acp-cancelled": acp_cancelled,
 }
 
 

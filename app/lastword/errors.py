@@ -86,8 +86,16 @@ class InvalidUtf8(BadRequest):
     code = "invalid_utf8"
 
 
+class InvalidGzip(BadRequest):
+    code = "invalid_gzip"
+
+
 class TooDeeplyNested(BadRequest):
     code = "too_deeply_nested"
+
+
+class InvalidIdempotencyKey(BadRequest):
+    code = "invalid_idempotency_key"
 
 
 class InvalidCursor(BadRequest):
@@ -140,12 +148,20 @@ class TurnNotFound(NotFound):
     code = "turn_not_found"
 
 
+class ForkParentNotFound(NotFound):
+    code = "fork_parent_not_found"
+
+
 class MethodNotAllowed(LastwordError):
     status, code, title = 405, "method_not_allowed", "Method not allowed"
 
 
 class RequestTimeout(LastwordError):
     status, code, title = 408, "header_timeout", "Request header timeout"
+
+
+class BodyTimeout(RequestTimeout):
+    code, title = "body_timeout", "Request body timeout"
 
 
 class Gone(LastwordError):
@@ -206,6 +222,14 @@ class UnsupportedMedia(LastwordError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
 
 
+class UnsupportedCharset(UnsupportedMedia):
+    code = "unsupported_charset"
+
+
+class UnsupportedEncoding(UnsupportedMedia):
+    code = "unsupported_content_encoding"
+
+
 class Unprocessable(LastwordError):
     status, code, title = 422, "validation_error", "Invalid input"
 
@@ -214,12 +238,28 @@ class InvalidEvent(Unprocessable):
     code = "invalid_event"
 
 
+class InvalidProviderEvent(Unprocessable):
+    code = "invalid_provider_event"
+
+
 class EmptyBatch(Unprocessable):
     code = "empty_batch"
 
 
+class NumberOutOfRange(Unprocessable):
+    code = "number_out_of_range"
+
+
 class UnstorableValue(Unprocessable):
     code = "unstorable_value"
+
+
+class InvalidWebhook(Unprocessable):
+    code = "invalid_webhook"
+
+
+class ForkAfterSeqOutOfRange(Unprocessable):
+    code = "fork_after_seq_out_of_range"
 
 
 class HeadersTooLarge(LastwordError):

@@ -13,6 +13,10 @@ Two entry points apply the same rule:
   ``collect()`` (``s += delta`` would copy the whole string on every delta once it has
   another reference, which is quadratic on long outputs).
 * :func:`final_assistant_output` applies the rule to a complete list of events.
+
+Both take ``join_continuations`` (SPEC §14, opt-in per run): a reply split by the output-token
+ceiling into several ``max_tokens`` messages is answered as one, joined in order. Without it
+the rule is exactly §5's.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lastword.limits import MAX_USAGE_TOTAL
+from lastword.stop_reasons import normalise_stop_reason
 
 Block = dict[str, Any]
 Event = Mapping[str, Any]
 
 #: Blocks that record how a step went but are never part of an output.
 BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
+
+#: Events that stop a joined continuation: what the model saw between two segments.
+JOIN_STOPPING_TYPES = frozenset({"tool/result", "user/message"})
 
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
@@ -51,6 +59,17 @@ def output_blocks(content: Iterable[Block]) -> list[Block]:
     return [block for block in content if is_substantive(block)]
 
 
+def ended_at_max_tokens(message: Mapping[str, Any]) -> bool:
+    """Whether an assistant message's own ``stopReason`` is the output-token ceiling (any alias)."""
+    value = message.get("stopReason")
+    if not isinstance(value, str):
+        return False
+    try:
+        return normalise_stop_reason(value) == "max_tokens"
+    except ValueError:
+        return False
+
+
 def empty_usage() -> dict[str, int]:
     return {"inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0, "cacheWriteTokens": 0}
 
@@ -62,8 +81,7 @@ def add_usage(total: dict[str, int], usage: Mapping[str, Any] | None) -> None:
     for name in USAGE_FIELDS:
         value = usage.get(name)
         if value:
-            # Saturates: a total past 64 bits could not be stored or serialised, and the
-            # turn could then never end.
+            # Saturates rather than fails: a turn must always be able to end.
             total[name] = min(total[name] + int(value), MAX_USAGE_TOTAL)
 
 
@@ -81,11 +99,17 @@ class TurnFold:
         "_message_usage",
         "_seen_message",
         "_end_usage",
+        "_join",
+        "_segments",
         "last_seq",
     )
 
-    def __init__(self, last_seq: int = 0) -> None:
+    def __init__(self, last_seq: int = 0, *, join_continuations: bool = False) -> None:
         self._selected: list[Block] | None = None
+        self._join = join_continuations
+        #: With ``join_continuations``: the output blocks of the max-tokens segments that the
+        #: next substantive message continues (only ever extended, or replaced by a new list).
+        self._segments: list[Block] = []
         self._text_parts: list[str] = []
         self._has_visible_text = False
         self._message_usage = empty_usage()
@@ -120,9 +144,29 @@ class TurnFold:
             # Only the latest substantive message matters; a usage-only or blank message
             # must not hide it (SPEC §1).
             if any(is_substantive(block) for block in content):
-                self._selected = content
+                if self._join:
+                    self._select_joined(message, content)
+                else:
+                    self._selected = content
         elif kind == "turn/end":
             add_usage(self._end_usage, event.get("usage"))
+        elif self._join and kind in JOIN_STOPPING_TYPES:
+            self._segments = []
+
+    def _select_joined(self, message: Mapping[str, Any], content: list[Block]) -> None:
+        """Select a substantive message, continuing the max-tokens segments before it (§14).
+
+        A message holding a tool call is selected alone and ends the chain; one that ended at
+        max-tokens joins the chain for the message that continues it.
+        """
+        blocks = output_blocks(content)
+        if any(block.get("type") == "tool_call" for block in blocks):
+            self._selected, self._segments = blocks, []
+        elif ended_at_max_tokens(message):
+            self._segments.extend(blocks)
+            self._selected = self._segments
+        else:
+            self._selected, self._segments = self._segments + blocks, []
 
     def push_text(self, text: str) -> None:
         """Fold a bare text delta (chunk-only transports)."""
@@ -136,17 +180,26 @@ class TurnFold:
         """The turn's output by the rule of SPEC §5 (a new list on every call)."""
         if self._selected is not None:
             return output_blocks(self._selected)
-        if self._has_visible_text:
-            if len(self._text_parts) > 1:
-                # Join once and keep the result, so repeated reads stay cheap.
-                self._text_parts = ["".join(self._text_parts)]
-            return [{"type": "text", "text": self._text_parts[0]}]
-        return []
+        text = self.streamed_text()
+        return [] if text is None else [{"type": "text", "text": text}]
+
+    def streamed_text(self) -> str | None:
+        """The whole streamed text when the output comes from it (rule 2), else ``None``.
+
+        The transcript (SPEC §12) asks this to know whether a turn contributes an assistant
+        message made of its chunks.
+        """
+        if self._selected is not None or not self._has_visible_text:
+            return None
+        if len(self._text_parts) > 1:
+            # Join once and keep the result, so repeated reads stay cheap.
+            self._text_parts = ["".join(self._text_parts)]
+        return self._text_parts[0]
 
 
-def final_assistant_output(events: Iterable[Event]) -> list[Block]:
+def final_assistant_output(events: Iterable[Event], *, join_continuations: bool = False) -> list[Block]:
     """Apply the selection rule to a turn's complete event list, in ``seq`` order."""
-    fold = TurnFold()
+    fold = TurnFold(join_continuations=join_continuations)
     for event in events:
         fold.push(event)
     return fold.collect()

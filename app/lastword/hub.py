@@ -101,6 +101,8 @@ class Hub:
         self._turn_ends: dict[str, set[asyncio.Event]] = defaultdict(set)
         #: Set when the service shuts down: streams say "reconnect" and long polls answer now.
         self.draining = False
+        #: Long polls parked now, waiting for a turn end (they have read their turn: not ended).
+        self.parked_waiters = 0
 
     @property
     def subscriber_count(self) -> int:
@@ -166,12 +168,16 @@ class Hub:
 
     @property
     def result_waiters(self) -> int:
-        """How many readers are parked until a turn ends."""
-        return sum(len(waiters) for waiters in self._turn_ends.values())
+        """How many readers are parked until a turn ends: counted once they have read their
+        turn and found it running (RunService.result), not while they still read it."""
+        return self.parked_waiters
 
-    def turn_end_signal(self, run_id: str) -> asyncio.Event:
-        """An event set when any turn of the run ends; call :meth:`release` when done."""
-        signal = asyncio.Event()
+    def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
+        """An event set when any turn of the run ends; call :meth:`release` when done.
+
+        Passing ``signal`` adds the same event to another run, so one waiter hears many runs.
+        """
+        signal = signal or asyncio.Event()
         self._turn_ends[run_id].add(signal)
         return signal
 

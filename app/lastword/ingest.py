@@ -1,14 +1,17 @@
 """Reading request bodies: size limits, content types, JSON, NDJSON and streamed chunk text.
 
-JSON bodies are all-or-nothing. NDJSON and ``text/plain`` bodies are applied as they stream in:
-each piece of the body that completes lines (or, for text, each piece of text) is stored before
-the next is read, so a producer streaming a long session never waits for its end, and a body cut
+JSON bodies are all-or-nothing (big arrays are read a slice at a time, see
+:mod:`lastword.json_input`). NDJSON and ``text/plain`` bodies are applied as they stream in:
+the lines each piece of the body completes (in groups of a bounded size), or for text each
+piece of text, are stored before the next is read, so a producer streaming a long session never waits for its end, and a body cut
 off midway keeps what arrived (a retry with the same ``eventId``s is then counted as duplicates).
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,14 +19,19 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from lastword import json_input
 from lastword.errors import (
+    BatchTooLarge,
     EmptyBatch,
+    InvalidGzip,
     InvalidUtf8,
     LastwordError,
     MalformedJson,
     PayloadTooLarge,
     TooDeeplyNested,
     Unprocessable,
+    UnsupportedCharset,
+    UnsupportedEncoding,
     UnsupportedMedia,
 )
 from lastword.events import validate_events
@@ -43,16 +51,71 @@ def check_declared_length(request: Request, limit: int) -> None:
         raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}", limit=limit)
 
 
+def check_charset(request: Request) -> None:
+    """415 for a ``charset`` other than UTF-8: the body would be misread as UTF-8."""
+    for parameter in request.headers.get("content-type", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedCharset(f"the body must be UTF-8, not {value.strip()!r}", charset=value.strip())
+
+
+def content_encoding(request: Request) -> str | None:
+    """``"gzip"`` for a gzip body, None for a plain one; 415 for any other ``Content-Encoding``."""
+    codings = [coding.strip().lower() for coding in request.headers.get("content-encoding", "").split(",")]
+    codings = [coding for coding in codings if coding and coding != "identity"]
+    if not codings:
+        return None
+    if codings in (["gzip"], ["x-gzip"]):
+        return "gzip"
+    raise UnsupportedEncoding(
+        f"Content-Encoding {request.headers['content-encoding']!r} is not supported (gzip or identity)",
+        contentEncoding=request.headers["content-encoding"],
+    )
+
+
 async def body_pieces(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The body as it arrives, refused with 413 as soon as it passes ``limit`` bytes."""
+    """The body as it arrives (gzip decoded), refused with 413 as soon as it passes ``limit``
+    bytes; the limit counts decoded bytes, so a small gzip bomb is refused like a big body."""
+    check_charset(request)
+    encoding = content_encoding(request)
     check_declared_length(request, limit)
+    gunzip = _Gunzip() if encoding == "gzip" else None
     seen = 0
-    async for piece in request.stream():
+    async for received in request.stream():
+        piece = received if gunzip is None else gunzip.decode(received, limit - seen + 1)
         seen += len(piece)
         if seen > limit:
             raise PayloadTooLarge(f"the body passed the limit of {limit} bytes", limit=limit)
         if piece:
             yield piece
+    if gunzip is not None:
+        gunzip.finish()
+
+
+class _Gunzip:
+    """Incremental gzip decoding (members one after another, as RFC 1952 allows)."""
+
+    def __init__(self) -> None:
+        self._decoder = zlib.decompressobj(wbits=31)
+
+    def decode(self, data: bytes, most: int) -> bytes:
+        """Up to ``most`` decoded bytes of ``data`` (more are not decoded: the body is too big)."""
+        out = b""
+        try:
+            while data and len(out) < most:
+                out += self._decoder.decompress(data, most - len(out))
+                if self._decoder.unconsumed_tail:
+                    break  # ``most`` reached: the caller refuses the body
+                data = self._decoder.unused_data
+                if data:
+                    self._decoder = zlib.decompressobj(wbits=31)  # the next member
+        except zlib.error as error:
+            raise InvalidGzip(f"the body is not valid gzip: {error}") from None
+        return out
+
+    def finish(self) -> None:
+        if not self._decoder.eof:
+            raise InvalidGzip("the gzip body ends before its end")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -60,10 +123,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def parse_json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise MalformedJson(f"the body is not valid JSON: {error}") from None
+    """One JSON value, exactly (see :mod:`lastword.json_input`): 400 if malformed."""
+    return json_input.loads(raw)
 
 
 #: Levels of nesting kept free for the envelopes that stored values are served in (a stream's
@@ -137,13 +198,38 @@ class Progress:
         return error
 
 
-async def ingest_json(request: Request, limit: int, append: Append) -> dict[str, Any]:
+async def ingest_json(request: Request, limit: int, max_events: int, append: Append) -> dict[str, Any]:
+    """A JSON event or array of events, all or nothing; an array of more than ``max_events``
+    is refused (413 ``batch_too_large``).
+
+    An array is parsed, then validated, a slice at a time (:func:`json_input.array_slices`),
+    giving the event loop back between slices: a maximum-size batch must not stall every
+    other request, stream and lease sweep while it is read.
+    """
     raw = await read_body(request, limit)
-    data = parse_json(raw)
-    events = data if isinstance(data, list) else [data]
+    slices = json_input.array_slices(raw)
+    if slices is None:
+        events = [json_input.loads(raw, index=0)]
+        validate_events(events)
+    else:
+        parsed: list[list[Any]] = []
+        count = 0
+        for piece in slices:
+            items = json_input.parse_slice(piece, count)
+            count += len(items)
+            if count > max_events:
+                raise BatchTooLarge(
+                    f"the batch holds more than {max_events} events; the limit is {max_events}", limit=max_events,
+                )
+            parsed.append(items)
+            await asyncio.sleep(0)
+        events = []
+        for items in parsed:
+            validate_events(items, index_offset=len(events))
+            events.extend(items)
+            await asyncio.sleep(0)
     if not events:
         raise EmptyBatch("the batch holds no event")
-    validate_events(events)
     progress = Progress()
     progress.add(await append(events))
     return progress.answer()
@@ -178,8 +264,15 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
     return progress.answer()
 
 
+#: Most lines of an NDJSON body stored in one commit. How the body's bytes were split in
+#: transit decides only where groups may end, never how large one is: a network piece holding
+#: thousands of lines is stored in several groups. (``LASTWORD_MAX_BATCH_EVENTS`` is for JSON
+#: arrays, which are all or nothing; an NDJSON body is a stream and has no such limit.)
+NDJSON_GROUP = 500
+
+
 async def _apply_lines(lines: list[bytes], position: _Position, append: Append, progress: Progress) -> None:
-    """Store the complete lines of one body piece, as one batch.
+    """Store the complete lines of one body piece, in groups of at most :data:`NDJSON_GROUP`.
 
     The body is applied line by line: at the first bad line (not JSON, not a valid event, or
     refused by the store) the lines before it are stored and the problem names the line, by
@@ -195,6 +288,7 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             continue
         try:
             event = orjson.loads(line)
+            json_input.refuse_inexact(line, index=position.index)
             validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
             failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
@@ -206,18 +300,19 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
         events.append(event)
         line_numbers.append(position.line)
         position.index += 1
-    if events:
+    for start in range(0, len(events), NDJSON_GROUP):
+        group = events[start : start + NDJSON_GROUP]
         try:
-            progress.add(await append(events))
+            progress.add(await append(group))
         except LastwordError as error:
             at = error.extra.get("index")
-            if not isinstance(at, int) or not 0 <= at < len(events):
+            if not isinstance(at, int) or not 0 <= at < len(group):
                 raise
-            # The store takes or refuses a batch whole; in a stream the lines before the
+            # The store takes or refuses a group whole; in a stream the lines before the
             # refused one stand, as they would have had they come in their own pieces.
             if at > 0:
-                progress.add(await append(events[:at]))
-            error.extra.update(index=first_index + at, line=line_numbers[at])
+                progress.add(await append(group[:at]))
+            error.extra.update(index=first_index + start + at, line=line_numbers[start + at])
             raise
     if failure is not None:
         raise failure

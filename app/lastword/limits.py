@@ -22,9 +22,9 @@ MAX_EVENT_ID_LENGTH = 200
 #: readers (JavaScript), and is no real count.
 MAX_TOKEN_COUNT = 2**53 - 1
 
-#: The usage ceiling: a turn's summed token counts saturate here, so a total always fits the
-#: database's 64-bit integers and can always be served (the turn can always end).
-MAX_USAGE_TOTAL = MAX_INT64
+#: The usage ceiling: a turn's summed token counts saturate here rather than fail (the turn can
+#: always end), at the same bound as each count, so JavaScript reads every total exactly.
+MAX_USAGE_TOTAL = MAX_TOKEN_COUNT
 
 #: Longest lease (seconds): "now + lease" stays a time a date can show (about 31 years).
 MAX_LEASE_SECONDS = 1e9

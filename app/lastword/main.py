@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +24,8 @@ from starlette.routing import Match, Route
 
 from lastword import __version__
 from lastword.access import AccessControl
+from lastword.delivery import WebhookSender
+from lastword.head import HeadAsGet
 from lastword.logs import RequestLog
 from lastword.mcp_mount import McpMount
 from lastword.api import event_schema_components
@@ -49,6 +52,7 @@ from lastword.store import open_store
 from lastword.telemetry import open_turn_spans, run_or_none
 from lastword.store.factory import open_fanout
 from lastword.streams import router as stream_router
+from lastword.webhooks import allowed_host_patterns
 
 log = logging.getLogger("lastword")
 
@@ -87,6 +91,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
                        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                               for route in request.app.router.routes)}
+            if "GET" in methods:
+                methods.add("HEAD")  # lastword.head answers HEAD wherever GET is served
             if methods:
                 response.headers["Allow"] = ", ".join(sorted(methods))
         return response
@@ -110,7 +116,9 @@ async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecor
     return (await service.result(run_id, turn, 0))[1]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
+    """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
+    timestamps and retention are reckoned by: tests pass one they advance themselves."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -123,7 +131,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.error("cannot start: %s", error.detail)
             raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size)
+        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts), clock=clock)
+        sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
+                               max_attempts=settings.webhook_max_attempts,
+                               timeout_seconds=settings.webhook_timeout_seconds)
+        service.end_observers.append(sender.ended)
         # Before the start, whose sweep may end turns: those are spans too.
         spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
                                 lambda run_id, turn: _turn_record(service, run_id, turn))
@@ -135,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await service.close()
             raise
         app.state.service = service
+        sender.start()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:
             hours = settings.retention_hours
@@ -151,6 +165,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.mcp.close()
             if spans is not None:
                 await spans.close()
+            await sender.close()
             await service.close()
 
     app = FastAPI(
@@ -170,6 +185,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_handlers(app)
     # Added last, so outermost: CORS answers preflights before access control asks for a token,
     # and every request, refused or not, is logged with its id.
+    app.add_middleware(HeadAsGet)  # innermost: access control and the log see HEAD as sent
     app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
     if settings.cors_origin_list:
         app.add_middleware(
@@ -203,6 +219,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics."""
         metrics = request.app.state.metrics
         metrics.count_runs(await request.app.state.service.count_runs())
+        metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
         metrics.result_waiters.set(request.app.state.service.result_waiters)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 

@@ -46,8 +46,9 @@ from lastword.views import run_view
 INSTRUCTIONS = (
     "lastword keeps the last word of subagent runs (children). Use start_child_run to register a "
     "child before you hand it work, wait_for_child_result to block until a child's turn ends and "
-    "get its output as a tool result, and list_child_runs to see every child of a parent with its "
-    "status and stop reason. A result whose isError is true names why the child stopped (for "
+    "get its output as a tool result, list_child_runs to see every child of a parent with its "
+    "status and stop reason, and read_child_transcript to get a child's history in a form a "
+    "provider accepts when you continue it. A result whose isError is true names why the child stopped (for "
     "example max_tokens or cancelled) and still carries the partial text the child produced."
 )
 
@@ -177,6 +178,28 @@ class McpFace:
             except LastwordError as error:
                 return _error_result(error)
             return _structured_result(run_view(run))
+
+        @server.tool(
+            name="read_child_transcript",
+            description=(
+                "Read a child run's conversation history, ready to send back to a model when you "
+                "continue or fork that child: 'anthropic' gives Messages API messages, 'openai' "
+                "Chat Completions messages. It is provider-safe: empty usage-only messages, blank "
+                "text and bookkeeping are left out, and tool calls cut off by a cancel or a "
+                "max-tokens stop get an error result, so a provider will not refuse it. 'omitted' "
+                "lists everything left out and why. turn limits the history to the end of that turn."
+            ),
+        )
+        async def read_child_transcript(
+            run_id: RunId,
+            format: Annotated[Literal["anthropic", "openai"], Field(description="The provider's message format.")],  # noqa: A002
+            turn: Annotated[int | None, Field(ge=1, description="History up to the end of this turn; all when omitted.")] = None,
+        ) -> CallToolResult:
+            try:
+                transcript = await self._service().messages(run_id, format, turn)
+            except LastwordError as error:
+                return _error_result(error)
+            return _structured_result(transcript.as_json())
 
     def _may_ingest(self, ctx: Context) -> bool:
         ingest_token = self._settings.token("ingest")

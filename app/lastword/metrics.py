@@ -32,11 +32,27 @@ class Metrics:
         self.runs_deleted = Counter(
             "lastword_runs_deleted", "Ended runs deleted by retention.", registry=self.registry
         )
+        self.webhook_deliveries = Counter(
+            "lastword_webhook_deliveries", "Webhook deliveries finished, by outcome (delivered, failed).",
+            ["outcome"], registry=self.registry,
+        )
+        self.webhook_attempts = Counter(
+            "lastword_webhook_attempts", "Webhook attempts, by result (ok, http_error, network_error).",
+            ["result"], registry=self.registry,
+        )
+        self.outbox_depth = Gauge(
+            "lastword_webhook_outbox_pending", "Webhook deliveries pending (counted when scraped).",
+            registry=self.registry,
+        )
+        self.outbox_oldest_age = Gauge(
+            "lastword_webhook_outbox_oldest_seconds", "Age of the oldest pending delivery (0 when none).",
+            registry=self.registry,
+        )
         self.subscribers = Gauge(
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
         self.result_waiters = Gauge(
-            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends.",
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends (counted when scraped).",
             registry=self.registry,
         )
 
@@ -51,6 +67,10 @@ class Metrics:
     def count_runs(self, by_status: dict[str, int]) -> None:
         for status in ("running", "idle", "ended"):
             self.runs.labels(status).set(by_status.get(status, 0))
+
+    def count_outbox(self, pending: int, oldest_created_at: float | None, now: float) -> None:
+        self.outbox_depth.set(pending)
+        self.outbox_oldest_age.set(0 if oldest_created_at is None else max(0.0, now - oldest_created_at))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,6 +29,16 @@ class RunSpec:
     metadata: dict[str, Any]
     lease_seconds: float | None
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
+    webhook: WebhookTarget | None = None
+    fork_of: tuple[str, int] | None = None  # (parent run id, afterSeq): SPEC §12 forks
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class WebhookTarget:
+    """Where a run's ``subagent/end`` events are POSTed (SPEC §14); the secret is never shown."""
+
+    url: str
+    secret: str | None
 
 
 # Not frozen, unlike the other records: the state machine builds one per ingest request, and a
@@ -101,3 +111,30 @@ class EndOutcome:
     turn: TurnRecord
     changed: bool  # False when the turn had already ended the same way
     stored: list[StoredEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class Delivery:
+    """One webhook delivery (one ``subagent/end``) and its attempts so far."""
+
+    id: int
+    webhook_id: str
+    run_id: str
+    turn: int
+    state: str  # pending, delivered, failed
+    attempts: list[dict[str, Any]]
+    last_status: int | None
+    next_attempt_at: float | None
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class DeliveryJob:
+    """A due delivery this replica has leased, with what it needs to make one attempt."""
+
+    id: int
+    webhook_id: str
+    url: str
+    secret: str | None
+    payload: str
+    attempts: list[dict[str, Any]]
+    leased_until: float

@@ -149,14 +149,15 @@ def _start(run: RunRecord, turn: int, seq: int, now: float) -> tuple[TurnRecord,
 
 
 def create(spec: RunSpec, now: float, default_lease_seconds: float) -> Change:
-    """A new run, running turn 1, which starts at seq 1."""
+    """A new run, running turn 1, which starts at seq 1 (a fork: right after its boundary)."""
+    first = 1 if spec.fork_of is None else spec.fork_of[1] + 1  # SPEC §12: seqs go on along the fork
     lease = spec.lease_seconds if spec.lease_seconds is not None else default_lease_seconds
     run = RunRecord(
         pk=0, run_id=spec.run_id, parent_run_id=spec.parent_run_id, agent=spec.agent, mode=spec.mode,
         metadata=spec.metadata, lease_seconds=lease, canonical=spec.canonical, status="running",
-        turn=1, last_seq=1, lease_expires_at=lease_expiry(lease, now), created_at=now, updated_at=now,
+        turn=1, last_seq=first, lease_expires_at=lease_expiry(lease, now), created_at=now, updated_at=now,
     )
-    started, event = _start(run, 1, 1, now)
+    started, event = _start(run, 1, first, now)
     return Change(run=run, events=[event], started=started)
 
 

@@ -21,6 +21,34 @@ class _Answer(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
 
+class ForkOf(_Strict):
+    """The run a fork continues, and the last ``seq`` of that run's log it inherits (SPEC §12)."""
+
+    runId: str = Field(pattern=RUN_ID_PATTERN)
+    """The parent run (itself possibly a fork)."""
+    # At most 2**53 - 1: JSON readers hold larger numbers inexactly, and no log gets that long.
+    afterSeq: int = Field(ge=0, le=2**53 - 1)
+    """Inherit the parent's history up to and including this ``seq`` (lifecycle events count);
+    0 inherits nothing. The fork's own events are numbered on from ``afterSeq + 1``."""
+
+
+class Selection(_Strict):
+    """Opt-in variations of the selection rule (SPEC §14)."""
+
+    joinContinuations: bool = False
+    """Answer a reply split over several max-tokens messages as one output, joined in order."""
+
+
+class WebhookSpec(_Strict):
+    """Where each ``subagent/end`` of the run is POSTed (Standard Webhooks, SPEC §14)."""
+
+    url: str = Field(max_length=2048, description="An http(s) URL on an allowed host.")
+    secret: str | None = Field(
+        None, max_length=512,
+        description="'whsec_' followed by base64; when set, each delivery carries webhook-signature.",
+    )
+
+
 class RunCreate(_Strict):
     """A run to create; every field is optional."""
 
@@ -38,6 +66,13 @@ class RunCreate(_Strict):
     leaseSeconds: float | None = Field(None, ge=0, le=MAX_LEASE_SECONDS, allow_inf_nan=False)
     """Seconds of silence after which an open turn ends as ``timeout``; 0: never. Default:
     ``LASTWORD_LEASE_SECONDS``."""
+    forkOf: ForkOf | None = None
+    """Make this run a fork: its history is the named run's up to and including ``afterSeq``,
+    then its own (SPEC §12)."""
+    selection: Selection | None = None
+    """Opt-in variations of the selection rule (SPEC §14)."""
+
+    webhook: WebhookSpec | None = Field(None, description="Deliver each subagent/end to a URL (SPEC §14).")
 
     @field_validator("leaseSeconds", mode="before")
     @classmethod
@@ -112,6 +147,10 @@ class Run(_Answer):
     """The current (or last) turn, from 1."""
     lastSeq: int
     """The ``seq`` of the last event in the run's log."""
+    forkOf: ForkOf | None = None
+    """The run this one forks and the boundary it inherits up to (only for forks)."""
+    selection: Selection | None = None
+    """The selection options the run was created with (only when given)."""
     leaseExpiresAt: str | None = None
     """When the open turn ends as ``timeout`` unless an event arrives (RFC 3339)."""
     createdAt: str
@@ -193,6 +232,42 @@ class TextContent(_Answer):
     """Never empty."""
 
 
+class DeliveryAttempt(_Answer):
+    """One attempt of a webhook delivery."""
+
+    at: str = Field(description="When the attempt started (RFC 3339).")
+    statusCode: int | None = Field(None, description="The receiver's HTTP status, when it answered.")
+    error: str | None = Field(None, description="Why no answer came (connection refused, time-out, …).")
+    response: str | None = Field(None, description="The first characters of the receiver's answer.")
+    durationMs: float = Field(description="How long the attempt took.")
+
+
+class DeliveryView(_Answer):
+    """One webhook delivery (one ``subagent/end``): its state and every attempt so far."""
+
+    webhookId: str = Field(description="The webhook-id header of every attempt of this delivery.")
+    turn: int = Field(description="The turn whose subagent/end is delivered.")
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: will be (re)tried; delivered: a 2xx came back; failed: out of attempts.")
+    attempts: list[DeliveryAttempt] = Field(description="Every attempt so far, oldest first.")
+    lastStatus: int | None = Field(None, description="The status of the last attempt that got an answer.")
+    nextAttemptAt: str | None = Field(None, description="When the next attempt is due (pending only).")
+
+
+class DeliveryList(_Answer):
+    """A run's webhook deliveries (SPEC §14)."""
+
+    deliveries: list[DeliveryView] = Field(description="The run's deliveries, oldest first.")
+
+
+class ChildrenJoin(_Answer):
+    """A join of a parent's children: each child's current turn, and whether the wait was met."""
+
+    runId: str = Field(description="The parent run.")
+    done: bool = Field(description="Every child's current turn has ended (with ?any=true: at least one has).")
+    children: list[SubagentResult] = Field(description="Each child's current turn, newest child first.")
+
+
 class ToolResult(_Answer):
     """The parent model's tool result, in MCP ``CallToolResult`` shape."""
 
@@ -212,6 +287,17 @@ class AppendResult(_Answer):
     """Events recognised by their ``eventId`` as already stored (retries), not stored again."""
     lastSeq: int
     """The ``seq`` of the run's last event after this request."""
+
+
+class IngestResult(AppendResult):
+    """What ``POST …/ingest/{format}`` stored, and how the provider's stream stopped."""
+
+    stopReason: str | None = Field(
+        None, description="The stream's stop reason (SPEC §6), when it is terminal; absent when the turn stays open."
+    )
+    providerStopReason: str | None = Field(
+        None, description="The provider's own word for the stop (tool_use, max_output_tokens, …), when it gave one."
+    )
 
 
 class LoggedEvent(_Answer):
@@ -259,3 +345,45 @@ class Health(_Answer):
 
     status: str
     """``ok`` (liveness) or ``ready`` (readiness)."""
+
+
+class Omission(_Answer):
+    """A logged event left out of a transcript whole, or one block of it (``block``: its index)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    runId: str
+    """The run whose log holds the event (a fork's ancestor, for inherited events)."""
+    seq: int
+    """The event's ``seq`` in that run's log."""
+    block: int | None = None
+    """The index of the left-out block in the event's content (absent: the whole event)."""
+    reason: str
+    """Why: ``empty``, ``nothing_kept``, ``blank_text``, ``blank_refusal``, ``bookkeeping``,
+    ``unsigned_reasoning``, ``reasoning``, ``unsupported_block``, ``misplaced_block``,
+    ``misplaced_tool_result``, ``duplicate_tool_call``, ``unknown_tool_call``,
+    ``already_answered`` (docs/TRANSCRIPT.md)."""
+
+
+class Insertion(_Answer):
+    """A placeholder the transcript added so that the format's rules hold."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    index: int
+    """The index of the message that holds it."""
+    reason: str
+    """Why: ``leading_assistant``, ``interrupted_tool_call``, ``empty_tool_result``."""
+
+
+class TranscriptPage(_Answer):
+    """A run's model-visible history as a provider request's ``messages`` (SPEC §12)."""
+
+    format: Literal["anthropic", "openai"]
+    """The format asked for."""
+    messages: list[dict[str, Any]]
+    """Ready to send as the request's ``messages`` (Anthropic Messages API or OpenAI Chat Completions)."""
+    omitted: list[Omission]
+    """Every event left out whole and every block left out, with the reason."""
+    inserted: list[Insertion] | None = None
+    """Every placeholder added (absent when none was)."""

@@ -12,12 +12,21 @@ trickling them a byte at a time would hold a connection (and its memory) forever
 below arms a timer when a connection opens and whenever a new request starts, and disarms it
 when the headers are complete; if it fires first, the client gets 408 and the connection is
 closed.
+
+The body has a deadline of its own, ``LASTWORD_BODY_TIMEOUT_SECONDS``: the longest pause
+between two pieces of a body (from the headers to the first piece too). It is re-armed by every
+piece that arrives and disarmed when the body is complete; while uvicorn has stopped reading
+because the app has not taken what arrived (flow control), the pause is the app's, not the
+client's, and the deadline waits. A client that lets it pass gets 408 ``body_timeout`` (the
+app sees the request as disconnected: an NDJSON or text body keeps what arrived).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -26,6 +35,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lastword.errors import (
     PROBLEM_JSON,
+    BodyTimeout,
     HeadersTooLarge,
     LastwordError,
     MalformedRequest,
@@ -52,6 +62,9 @@ def _closing_problem(error: LastwordError, reason: str) -> bytes:
 _TIMEOUT_RESPONSE = _closing_problem(
     RequestTimeout("the request headers did not arrive in time"), "Request Timeout"
 )
+_BODY_TIMEOUT_RESPONSE = _closing_problem(
+    BodyTimeout("the request body stopped arriving (LASTWORD_BODY_TIMEOUT_SECONDS)"), "Request Timeout"
+)
 _HEADERS_TOO_LARGE_RESPONSE = _closing_problem(
     HeadersTooLarge(f"the request line and headers passed {MAX_HEADER_BYTES} bytes"),
     "Request Header Fields Too Large",
@@ -61,10 +74,33 @@ _MALFORMED_RESPONSE = _closing_problem(MalformedRequest("the request is not vali
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_deadline: float = 10.0
+    body_deadline: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    def _arm_body(self) -> None:
+        self._disarm_body()
+        self._body_timer = self.loop.call_later(self.body_deadline, self._body_too_slow)
+
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_too_slow(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            self._arm_body()  # the app has not read what came: not the client's pause
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            self.transport.write(_BODY_TIMEOUT_RESPONSE)
+        self.transport.close()
 
     def _arm(self) -> None:
         if self._header_timer is None:
@@ -87,6 +123,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        if self._body_timer is not None:
+            self._arm_body()  # a piece of the body came: the pause starts again
         super().data_received(data)
         # Still armed after the parser took this piece: the headers are not complete yet. (A
         # piece that completes them also carries body bytes, which must not count.)
@@ -109,9 +147,15 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        self._arm_body()  # disarmed at once by a request without a body (its message completes)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body()
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_body()
         super().connection_lost(exc)
 
 
@@ -129,9 +173,11 @@ class LastwordServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it)."""
-    protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds})
+def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it);
+    ``clock`` is handed to :func:`create_app`."""
+    protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds,
+                                                           "body_deadline": settings.body_timeout_seconds})
     options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -143,4 +189,4 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
         "lifespan": "on",
     }
     options.update(overrides)
-    return uvicorn.Config(create_app(settings), **options)
+    return uvicorn.Config(create_app(settings, clock=clock), **options)

@@ -15,20 +15,36 @@ from typing import Any
 
 import orjson
 
-from lastword.errors import Conflict, NoticesUnavailable, NotFound
+from lastword.errors import Conflict, NoticesUnavailable, NotFound, TurnNotFound
 from lastword.fanout import Fanout
 from lastword.hub import Hub, Subscription
 from lastword.ids import new_run_id
 from lastword.metrics import Metrics
-from lastword.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, RunStatus, StoredEvent, TurnRecord
+from lastword.records import (
+    AppendOutcome,
+    Delivery,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    RunStatus,
+    StoredEvent,
+    TurnRecord,
+    WebhookTarget,
+)
 from lastword.schemas import RunCreate
 from lastword.stop_reasons import StopReason
 from lastword.store.base import Store
+from lastword.webhooks import check_webhook
+from lastword.store import forks
+from lastword.transcript import Format, LoggedEvent, Transcript, transcript
 
 log = logging.getLogger("lastword")
 
 #: Runs deleted per retention transaction (short transactions keep writers waiting little).
 RETENTION_BATCH = 200
+HISTORY_PAGE = 5000
+#: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
+HISTORY_TYPES = frozenset(forks.HISTORY_TYPES)
 
 
 class RunService:
@@ -42,6 +58,7 @@ class RunService:
         *,
         clock: Callable[[], float] = time.time,
         page_size: int = 1000,
+        webhook_hosts: tuple[str, ...] = (),
     ) -> None:
         self._store = store
         self._fanout = fanout
@@ -49,6 +66,8 @@ class RunService:
         self.clock = clock
         #: The most rows one internal read asks for (children of a run, the streams' log pages).
         self.page_size = page_size
+        #: ``LASTWORD_WEBHOOK_ALLOWED_HOSTS`` as patterns; empty allows any host.
+        self.webhook_hosts = webhook_hosts
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
         self.end_observers: list[Callable[[StoredEvent], None]] = []
 
@@ -118,6 +137,9 @@ class RunService:
     async def last_feed_id(self) -> int:
         return await self._store.last_feed_id()
 
+    async def highest_feed_id_issued(self) -> int:
+        return await self._store.highest_feed_id_issued()
+
     async def count_runs(self) -> dict[str, int]:
         return await self._store.count_runs()
 
@@ -145,8 +167,19 @@ class RunService:
 
     async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
         body = request.model_dump()
+        for optional in ("forkOf", "selection"):
+            # Left out when not asked for, so runs made before they existed compare equal.
+            if body[optional] is None:
+                del body[optional]
         run_id = request.runId or new_run_id(self.clock())
         body["runId"] = run_id
+        if body.get("webhook") is None:
+            body.pop("webhook", None)  # runs made before webhooks existed compare equal
+        target = None
+        if request.webhook is not None:
+            check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts)
+            target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
+        fork = request.forkOf
         spec = RunSpec(
             run_id=run_id,
             parent_run_id=request.parentRunId,
@@ -155,6 +188,8 @@ class RunService:
             metadata=request.metadata,
             lease_seconds=request.leaseSeconds,
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
+            webhook=target,
+            fork_of=None if fork is None else (fork.runId, fork.afterSeq),
         )
         run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)
@@ -238,7 +273,12 @@ class RunService:
         return run
 
     async def result(self, run_id: str, turn: int | None, wait: float) -> tuple[RunRecord, TurnRecord]:
-        """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end."""
+        """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end.
+
+        Without ``turn`` it is the turn current when the request arrived, for the whole wait:
+        when that turn ends and the next starts at once, the answer is the ended turn's, not
+        the new one's (which would have the reader wait on, or report, a turn it never asked for).
+        """
         deadline = time.monotonic() + wait
         signal = self._hub.turn_end_signal(run_id) if wait > 0 else None
         try:
@@ -247,16 +287,80 @@ class RunService:
                 if signal is not None:
                     signal.clear()
                 run, record = await self._store.turn_result(run_id, turn)
+                turn = record.turn
                 remaining = deadline - time.monotonic()
                 if record.ended or signal is None or remaining <= 0 or self._hub.draining:
                     return run, record
+                self._hub.parked_waiters += 1
+                try:
+                    await asyncio.wait_for(signal.wait(), remaining)
+                except TimeoutError:
+                    pass
+                finally:
+                    self._hub.parked_waiters -= 1
+        finally:
+            if signal is not None:
+                self._hub.release(run_id, signal)
+
+    async def join(self, run_id: str, wait: float, *, any_child: bool) -> tuple[bool, list[TurnRecord]]:
+        """The current turn of every child of ``run_id``, waiting up to ``wait`` seconds until
+        all of them (``any_child``: one of them) have ended; whether that happened, and the turns.
+
+        The children are those that exist when it looks (it looks again after every end it
+        hears). With no children, "all ended" holds at once and "one ended" never does.
+        """
+        deadline = time.monotonic() + wait
+        signal = asyncio.Event()
+        watched: set[str] = set()
+        ended: dict[str, TurnRecord] = {}
+        try:
+            while True:
+                signal.clear()
+                turns: list[TurnRecord] = []
+                for child in await self._children(run_id):
+                    record = ended.get(child.run_id)
+                    if record is None or record.turn != child.turn:
+                        record = (await self._store.turn_result(child.run_id, None))[1]
+                    if record.ended:
+                        ended[child.run_id] = record
+                    elif wait > 0 and child.run_id not in watched:
+                        self._hub.turn_end_signal(child.run_id, signal)
+                        watched.add(child.run_id)
+                    turns.append(record)
+                done = any(t.ended for t in turns) if any_child else all(t.ended for t in turns)
+                remaining = deadline - time.monotonic()
+                if done or remaining <= 0 or self._hub.draining:
+                    return done, turns
                 try:
                     await asyncio.wait_for(signal.wait(), remaining)
                 except TimeoutError:
                     pass
         finally:
-            if signal is not None:
-                self._hub.release(run_id, signal)
+            for child_id in watched:
+                self._hub.release(child_id, signal)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        return await self._store.deliveries(run_id)
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        return await self._store.outbox_stats()
+
+    async def messages(self, run_id: str, format: Format, turn: int | None) -> Transcript:
+        """The run's provider-safe transcript, up to the end of ``turn`` (default: all of it)."""
+        run = await self._store.get_run(run_id)
+        if turn is not None and turn > run.turn:
+            raise TurnNotFound(f"run {run_id!r} has no turn {turn}", runId=run_id, turn=turn)
+        last = turn if turn is not None else run.turn
+        # A fork's history starts with what it inherited (SPEC §12), then its own events.
+        items = [LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in await self._store.inherited_events(run_id)]
+        after = 0
+        while True:
+            page = await self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)
+            items.extend(LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+            if len(page) < HISTORY_PAGE or page[-1].turn > last:
+                break
+            after = page[-1].seq
+        return transcript(items, format)
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

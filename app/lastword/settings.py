@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="A client must send its request headers within this time (else 408)."
     )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="Longest pause between two pieces of a request body (else 408 body_timeout)."
+    )
     shutdown_grace_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long in-flight requests get to finish."
     )
@@ -63,6 +66,14 @@ class Settings(BaseSettings):
     )
     read_token: SecretStr | None = Field(
         None, description="Bearer token for reads; reads also take the ingest token. Unset: open."
+    )
+    webhook_backoff_seconds: float = Field(
+        1.0, gt=0, description="Delay before a webhook's first retry; it doubles (with jitter) after each failure."
+    )
+    webhook_max_attempts: int = Field(8, ge=1, description="Attempts of one webhook delivery before it is marked failed.")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, description="Longest one webhook attempt may take.")
+    webhook_allowed_hosts: str = Field(
+        "", description="Comma-separated hosts webhooks may target (exact, or '*.example.com'); unset or '*': any."
     )
     cors_origins: str = Field(
         "", description="Comma-separated origins allowed to call the API from a browser ('*' for any)."

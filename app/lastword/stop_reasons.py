@@ -37,6 +37,9 @@ def _accepted_pattern() -> str:
     return "^[ \\t\\n\\r]*(" + "|".join(spelled(word) for word in ACCEPTED_INPUTS) + ")[ \\t\\n\\r]*$"
 
 
+#: The white space accepted around a stop reason (JSON's, as in the pattern below).
+_ASCII_SPACE = " \t\n\r"
+
 #: For the OpenAPI document: any case, ``-`` or ``_``, surrounding white space (see below).
 ACCEPTED_PATTERN = _accepted_pattern()
 
@@ -48,7 +51,9 @@ def normalise_stop_reason(value: str) -> StopReason:
     is neither a wire value nor a known alias: a turn must keep the reason it really ended
     with, so guessing is worse than refusing.
     """
-    key = value.strip().lower().replace("-", "_")
+    # ASCII only, like ACCEPTED_PATTERN: str.lower() and str.strip() know Unicode, so the
+    # Kelvin sign would lower to "k" and a no-break space would be stripped.
+    key = value.strip(_ASCII_SPACE).lower().replace("-", "_") if value.isascii() else ""
     if key in WIRE_VALUES:
         return key
     try:

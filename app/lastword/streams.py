@@ -27,6 +27,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from lastword.limits import MAX_INT64
+from lastword.strict_ints import DecimalDigits, parse_decimal
 from lastword.errors import InvalidLastEventId
 from lastword.hub import IDLE, Subscription
 from lastword.lifecycle import LIFECYCLE_TYPES, closes_run_stream
@@ -47,11 +48,8 @@ SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
     if last_event_id is not None and last_event_id.strip():
-        try:
-            value = int(last_event_id)
-        except ValueError:
-            raise InvalidLastEventId("Last-Event-ID must be an id this stream sent") from None
-        if not 0 <= value <= MAX_INT64:
+        value = parse_decimal(last_event_id.strip())
+        if value is None or value > MAX_INT64:
             # Ids are 64-bit in both databases; a larger one is none this stream sent.
             raise InvalidLastEventId("Last-Event-ID must be an id this stream sent")
         return value
@@ -168,7 +166,7 @@ async def run_stream(
     request: Request,
     runId: str,
     include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
-    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
@@ -250,7 +248,7 @@ async def _run_messages(
 async def firehose(
     request: Request,
     parentRunId: str | None = None,
-    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
@@ -259,9 +257,12 @@ async def firehose(
     subscription = service.subscribe_feed(parentRunId)
     release = _releaser(service, None, subscription)
     try:
-        start = await service.last_feed_id()
-        if resume is not None:
-            _check_sent(resume, start)
+        if resume is None:
+            start = await service.last_feed_id()
+        else:
+            # Against the highest id ever issued: retention may have deleted the newest rows,
+            # and an id the stream did send must still resume (from what follows it).
+            _check_sent(resume, await service.highest_feed_id_issued())
             start = resume
     except BaseException:
         release()

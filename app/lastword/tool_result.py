@@ -6,6 +6,7 @@ parent model must always learn how the child ended and what it said before it st
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 NO_TEXT_OUTPUT = "The subagent finished without text output."
@@ -27,19 +28,24 @@ def output_text(output: list[dict[str, Any]]) -> str:
 
 
 def error_message(error: Any) -> str | None:
-    if error is None:
-        return None
+    """The error's message on one line, or None when it has none worth showing.
+
+    A string is used as it is; any other JSON value (a non-string ``message``, or an error that
+    is not an object) is shown as JSON, as the producer sent it, never as a Python repr.
+    """
     if isinstance(error, dict):
-        message = error.get("message")
-        return str(message) if message else None
-    return str(error) or None
+        error = error.get("message")
+    if error is None or error == "" or error == {} or error == []:
+        return None
+    text = error if isinstance(error, str) else json.dumps(error, ensure_ascii=False, separators=(",", ":"))
+    return " ".join(text.split()) or None
 
 
 def headline(stop_reason: str, error: Any) -> str:
     line = f"The subagent did not complete (stopReason: {stop_reason}): {_WHAT_HAPPENED[stop_reason]}."
     message = error_message(error)
     if message:
-        line += " Error: " + " ".join(message.split())
+        line += " Error: " + message
     return line
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from lastword.lifecycle import rfc3339
 from lastword.stop_reasons import is_error
-from lastword.store.base import RunRecord, StoredEvent, TurnRecord
+from lastword.records import Delivery, RunRecord, StoredEvent, TurnRecord
 from lastword.fold import empty_usage
 
 
@@ -24,6 +26,9 @@ def run_view(run: RunRecord) -> dict[str, Any]:
         turn=run.turn,
         lastSeq=run.last_seq,
     )
+    if '"forkOf"' in run.canonical or '"selection"' in run.canonical:
+        asked = orjson.loads(run.canonical)
+        body.update({key: asked[key] for key in ("forkOf", "selection") if asked.get(key) is not None})
     if run.lease_expires_at is not None:
         body["leaseExpiresAt"] = rfc3339(run.lease_expires_at)
     body.update(createdAt=rfc3339(run.created_at), updatedAt=rfc3339(run.updated_at))
@@ -69,4 +74,19 @@ def turn_summary_view(turn: TurnRecord) -> dict[str, Any]:
     del body["output"]
     if not turn.ended:
         del body["usage"]
+    return body
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    """A delivery as ``GET …/deliveries`` shows it: never its URL's secret or the run's secret."""
+    body: dict[str, Any] = {
+        "webhookId": delivery.webhook_id,
+        "turn": delivery.turn,
+        "state": delivery.state,
+        "attempts": delivery.attempts,
+    }
+    if delivery.last_status is not None:
+        body["lastStatus"] = delivery.last_status
+    if delivery.state == "pending" and delivery.next_attempt_at is not None:
+        body["nextAttemptAt"] = rfc3339(delivery.next_attempt_at)
     return body

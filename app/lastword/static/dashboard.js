@@ -64,8 +64,12 @@
 
   let tokenPrompt = null;
 
+  let tokenDeclined = false;
+
   function askToken(refused) {
     if (tokenPrompt) return tokenPrompt;
+    // Cancelled once: do not ask again on every retry; a reload asks again.
+    if (tokenDeclined) return Promise.resolve(null);
     const dialog = $('token-dialog');
     $('token-why').textContent = refused
       ? 'That token was refused. Enter the read token (it is kept for this tab only).'
@@ -79,10 +83,15 @@
       };
       const onClose = () => {
         const token = dialog.returnValue === 'ok' ? $('token-input').value.trim() : '';
+        if (!token) {
+          tokenDeclined = true;
+          showNotice('This lastword needs a read token to show runs. Reload the page to enter one.');
+        }
         done(token || null);
       };
       dialog.addEventListener('close', onClose);
       $('token-cancel').onclick = () => dialog.close('cancel');
+      setConnection('offline', 'Needs a read token');
       dialog.returnValue = '';
       dialog.showModal();
       $('token-input').focus();
@@ -112,7 +121,7 @@
       const response = await fetch(path, { headers, cache: 'no-store' });
       if (response.status === 401) {
         const token = await askToken(Boolean(state.token));
-        if (!token) throw new ApiError(401, { detail: 'a read token is needed' });
+        if (!token) throw new ApiError(401, { detail: 'this lastword needs a read token; reload the page to enter one' });
         setToken(token);
         reopenStreams();
         continue;
@@ -296,20 +305,20 @@
         applyLifecycle(type, JSON.parse(event.data));
       });
     }
-    source.addEventListener('server/reconnect', () => setConnection('reconnecting', 'Reconnecting… (resuming where it left off)'));
+    source.addEventListener('server/reconnect', () => setConnection('reconnecting', 'Reconnecting…'));
     source.onerror = () => {
       resolveOpen(false);
       if (source.readyState === EventSource.CONNECTING) {
         // The browser reconnects by itself, sending Last-Event-ID.
         feed.retries += 1;
-        setConnection('reconnecting', 'Reconnecting… (resuming where it left off)');
+        setConnection('reconnecting', 'Reconnecting…');
         return;
       }
       // Closed for good (the server answered with an error): reconnect ourselves with ?after=.
       source.close();
       feed.retries += 1;
       setConnection(feed.retries > 3 ? 'offline' : 'reconnecting',
-        feed.retries > 3 ? 'Offline — retrying' : 'Reconnecting… (resuming where it left off)');
+        feed.retries > 3 ? 'Offline — retrying' : 'Reconnecting…');
       const delay = RETRY_MS[Math.min(feed.retries - 1, RETRY_MS.length - 1)];
       feed.timer = setTimeout(async () => {
         // A refused token shows only on a plain request: ask there, then reconnect.
@@ -324,6 +333,7 @@
     if (node.dataset.state === kind && node.textContent === text) return;
     node.dataset.state = kind;
     node.textContent = text;
+    node.title = kind === 'reconnecting' ? 'The page resumes from the last event it received: nothing is lost.' : '';
   }
 
   // ---- the selected run ---------------------------------------------------------------------

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from lastword.records import (
+    Delivery,
+    DeliveryJob,
     AppendOutcome,
     EndOutcome,
     RunRecord,
@@ -112,13 +114,27 @@ class Store(abc.ABC):
     ) -> list[StoredEvent]: ...
 
     @abc.abstractmethod
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        """A fork's inherited history in ``seq`` order, each event under the run and turn it was
+        logged in (``[]`` for a run that is not a fork)."""
+
+    @abc.abstractmethod
     async def feed_after(
         self, after: int, parent_run_id: str | None, limit: int
     ) -> list[StoredEvent]:
         """Lifecycle events of every run, in firehose order (``feed_id``)."""
 
     @abc.abstractmethod
-    async def last_feed_id(self) -> int: ...
+    async def last_feed_id(self) -> int:
+        """The highest firehose id in the feed now (0 when it is empty): where a new stream starts."""
+
+    @abc.abstractmethod
+    async def highest_feed_id_issued(self) -> int:
+        """The highest firehose id ever given out, whether or not retention deleted it since.
+
+        A resume point up to it is one the firehose may have sent; only beyond it is a resume
+        point "past the end".
+        """
 
     @abc.abstractmethod
     async def expired_runs(self, now: float) -> list[str]: ...
@@ -133,3 +149,28 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status."""
+
+    # -- the webhook outbox --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
+        """Lease up to ``limit`` due deliveries to the caller (one replica at a time each)."""
+
+    @abc.abstractmethod
+    async def record_attempt(
+        self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
+        next_attempt_at: float | None,
+    ) -> bool:
+        """Store an attempt's outcome if the caller still holds the lease; whether it did."""
+
+    @abc.abstractmethod
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        """The run's deliveries, oldest first (404/410 for an unknown or deleted run)."""
+
+    @abc.abstractmethod
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        """Pending deliveries: how many, and when the oldest was created."""
+
+    @abc.abstractmethod
+    async def next_delivery_due(self) -> float | None:
+        """When the earliest pending delivery is due."""

@@ -25,6 +25,9 @@ class Dialect(Protocol):
     def before_feed_insert(self, tx: Tx) -> None:
         """Serialise firehose writers where the database would not (PostgreSQL)."""
 
+    def feed_ids_issued(self, tx: Tx) -> int:
+        """The last value the feed's id generator handed out (0 if none), deleted rows included."""
+
     def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
     ) -> None:

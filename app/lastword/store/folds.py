@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from lastword.fold import TurnFold
+from lastword.fold import JOIN_STOPPING_TYPES, TurnFold
 from lastword.records import RunRecord
 from lastword.store.rows import FOLD_EVENT_TYPES, loads
 from lastword.store.tx import Tx
@@ -70,17 +70,30 @@ class FoldCache:
         return caught_up(tx, slot, run)
 
 
+def joins_continuations(run: RunRecord) -> bool:
+    """Whether the run was created with ``selection: {joinContinuations: true}`` (SPEC §14)."""
+    if '"selection"' not in run.canonical:
+        return False
+    selection = loads(run.canonical).get("selection") or {}
+    return selection.get("joinContinuations") is True
+
+
 def caught_up(tx: Tx, slot: FoldSlot, run: RunRecord) -> TurnFold:
     """The run's open-turn fold with every event of the log up to ``run.last_seq`` (lock held)."""
     fold = slot.fold
+    if fold is not None and fold.last_seq >= run.last_seq:
+        return fold
+    joins = joins_continuations(run)
     if fold is None:
         row = tx.one("SELECT start_seq FROM turns WHERE run_id = ? AND turn = ?", (run.run_id, run.turn))
-        fold = slot.fold = TurnFold(last_seq=row[0])
+        fold = slot.fold = TurnFold(last_seq=row[0], join_continuations=joins)
     if fold.last_seq < run.last_seq:
+        # A joining fold also needs the events that stop a join (SPEC §14).
+        types = FOLD_EVENT_TYPES + (tuple(sorted(JOIN_STOPPING_TYPES)) if joins else ())
         rows = tx.rows(
             "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
-            "AND turn = ? AND type IN (?, ?, ?) ORDER BY seq",
-            (run.run_id, fold.last_seq, run.last_seq, run.turn, *FOLD_EVENT_TYPES),
+            f"AND turn = ? AND type IN ({', '.join('?' * len(types))}) ORDER BY seq",
+            (run.run_id, fold.last_seq, run.last_seq, run.turn, *types),
         )
         for seq, body in rows:
             fold.push(loads(body), seq)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from lastword.store.tx import Tx
 
-#: The tables that hold a run's rows, children first.
-RUN_TABLES = ("events", "turns", "feed", "runs")
+#: The tables that hold a run's rows, children first. Its webhook deliveries go too, except
+#: pending ones, which stay (small) so that they are still made: an end is never dropped
+#: undelivered because its run aged out.
+RUN_TABLES = ("events", "inherited_events", "turns", "feed", "webhooks", "runs")
 
 
 def delete_ended_runs(tx: Tx, ended_before: float, now: float, limit: int) -> list[str]:
@@ -22,6 +24,7 @@ def delete_ended_runs(tx: Tx, ended_before: float, now: float, limit: int) -> li
     if run_ids:
         for table in RUN_TABLES:
             tx.many(f"DELETE FROM {table} WHERE run_id = ?", run_ids)
+        tx.many("DELETE FROM deliveries WHERE run_id = ? AND state <> 'pending'", run_ids)
         tx.many(
             "INSERT INTO deleted_runs (run_id, deleted_at) VALUES (?, ?) ON CONFLICT (run_id) DO NOTHING",
             [(run_id, now) for (run_id,) in run_ids],

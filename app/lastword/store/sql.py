@@ -15,12 +15,22 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword import runstate
-from lastword.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, RunStatus, StoredEvent, TurnRecord
+from lastword.records import (
+    AppendOutcome,
+    Delivery,
+    DeliveryJob,
+    EndOutcome,
+    RunRecord,
+    RunSpec,
+    RunStatus,
+    StoredEvent,
+    TurnRecord,
+)
 from lastword.runstate import Change
 from lastword.stop_reasons import StopReason
-from lastword.store import reads, retention, writes
+from lastword.store import forks, outbox, reads, retention, writes
 from lastword.store.base import Store
-from lastword.store.folds import FoldCache, caught_up
+from lastword.store.folds import FoldCache, FoldSlot, caught_up
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
 
@@ -33,6 +43,8 @@ class SqlStore(Store):
 
     events_by_id = "events"
     lock_clause = ""
+    #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
+    claim_clause = ""
 
     def __init__(self, *, default_lease_seconds: float, fold_cache_size: int = 50_000) -> None:
         self.default_lease_seconds = default_lease_seconds
@@ -62,6 +74,11 @@ class SqlStore(Store):
     def before_feed_insert(self, tx: Tx) -> None:
         pass
 
+    def feed_ids_issued(self, tx: Tx) -> int:
+        # AUTOINCREMENT keeps the largest id ever used in sqlite_sequence, and never reuses one.
+        row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
     def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
     ) -> None:
@@ -85,7 +102,11 @@ class SqlStore(Store):
             return runstate.repeated_create(reads.run(tx, self, spec.run_id, lock=False), spec), False, []
         # A deleted run's id is not given out again: its old readers would mistake the new run.
         reads.refuse_deleted(tx, spec.run_id)
-        stored = writes.persist(tx, self, change, first_seq=1, now=now, new_run=True)
+        if spec.fork_of is not None:
+            forks.inherit(tx, spec.run_id, *spec.fork_of)
+        if spec.webhook is not None:
+            outbox.add_target(tx, spec.run_id, spec.webhook)
+        stored = writes.persist(tx, self, change, first_seq=change.run.last_seq, now=now, new_run=True)
         return replace(change.run, pk=pk), True, stored
 
     async def append(
@@ -184,6 +205,14 @@ class SqlStore(Store):
         slot = self.folds.slot(run_id, run.turn)
         with slot.lock:
             fold = caught_up(tx, slot, run)
+            ahead = fold.last_seq > run.last_seq
+            output, usage = fold.collect(), fold.usage
+        if ahead:
+            # A writer committed after this read took its view of the run: the shared fold
+            # holds events past ``run.last_seq``. The answer must reflect exactly the events up
+            # to it (a stream's snapshot is followed by the events after its id), so it is
+            # folded afresh from the log, up to that id.
+            fold = caught_up(tx, FoldSlot(), run)
             output, usage = fold.collect(), fold.usage
         return run, replace(record, output=output, usage=usage)
 
@@ -192,14 +221,48 @@ class SqlStore(Store):
     ) -> list[StoredEvent]:
         return await self._read(reads.events_after, self, run_id, after, limit, types)
 
+    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
+        return await self._read(forks.inherited_events, run_id)
+
     async def feed_after(self, after: int, parent_run_id: str | None, limit: int) -> list[StoredEvent]:
         return await self._read(reads.feed_after, after, parent_run_id, limit)
 
     async def last_feed_id(self) -> int:
         return await self._read(reads.last_feed_id)
 
+    async def highest_feed_id_issued(self) -> int:
+        return await self._read(self._highest_feed_id_issued)
+
+    def _highest_feed_id_issued(self, tx: Tx) -> int:
+        # The id generator remembers ids whose rows retention has deleted; MAX(id) does not.
+        return max(reads.last_feed_id(tx), self.feed_ids_issued(tx))
+
     async def expired_runs(self, now: float) -> list[str]:
         return await self._read(reads.expired_runs, now)
 
     async def count_runs(self) -> dict[str, int]:
         return await self._read(reads.count_runs)
+
+    # -- the webhook outbox (lastword.store.outbox) -----------------------------------------
+
+    async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
+        return await self._write(outbox.claim, self.claim_clause, now, lease_seconds, limit)
+
+    async def record_attempt(
+        self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
+        next_attempt_at: float | None,
+    ) -> bool:
+        return await self._write(outbox.record_attempt, job, attempts, state, status, next_attempt_at)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        return await self._read(self._deliveries, run_id)
+
+    def _deliveries(self, tx: Tx, run_id: str) -> list[Delivery]:
+        reads.run(tx, self, run_id, lock=False)  # 404 or 410 for a run that is not here
+        return outbox.of_run(tx, run_id)
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        return await self._read(outbox.pending_stats)
+
+    async def next_delivery_due(self) -> float | None:
+        return await self._read(outbox.next_due)

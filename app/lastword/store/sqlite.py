@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
+from lastword.store import forks
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
@@ -90,7 +91,28 @@ CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REA
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
 """
 
-MIGRATIONS = (SCHEMA, SCHEMA_V2)
+SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS webhooks (run_id TEXT PRIMARY KEY, url TEXT NOT NULL, secret TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts TEXT NOT NULL,
+    last_status INTEGER,
+    next_attempt_at REAL,
+    leased_until REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
+"""
+
+MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.
@@ -102,7 +124,7 @@ def enable_wal(connection: sqlite3.Connection) -> None:
 
     Switching a new file's journal needs a lock that SQLite does not wait for with the busy
     handler: processes starting together on a new file got "database is locked" here at once
-    (tests/test_store_contract.py). So this waits by itself, up to ``BUSY_SECONDS``.
+    (tests/store_contract.py). So this waits by itself, up to ``BUSY_SECONDS``.
     """
     deadline = time.monotonic() + BUSY_SECONDS
     while True:

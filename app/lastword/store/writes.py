@@ -13,6 +13,8 @@ from typing import Any
 from lastword.lifecycle import LIFECYCLE_TYPES
 from lastword.records import RunRecord, StoredEvent
 from lastword.runstate import Appended, Change, NewEvent
+from lastword.webhooks import payload, webhook_id
+from lastword.store import outbox
 from lastword.store.dialect import Dialect
 from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
 from lastword.store.tx import Tx
@@ -90,6 +92,9 @@ def persist(tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: fl
 
 def _insert_lifecycle(tx: Tx, dialect: Dialect, run: RunRecord, event: NewEvent, now: float) -> StoredEvent:
     tx.run(_INSERT_EVENT, (run.run_id, event.seq, event.turn, event.type, None, dumps(event.body), now))
+    if event.type == "subagent/end":
+        # In the end's own transaction: the end and its webhook delivery commit together.
+        outbox.enqueue(tx, run.run_id, event.turn, webhook_id(run.run_id, event.turn), payload(event.body), now)
     dialect.before_feed_insert(tx)
     row = tx.one(
         "INSERT INTO feed (run_id, parent_run_id, seq) VALUES (?, ?, ?) RETURNING id",

@@ -1,0 +1,35 @@
+"""Native stream adapters (SPEC §13): a provider's own stream in, the session events of §4 out.
+
+``ADAPTERS`` maps each ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}`` to its
+adapter class; :func:`translate` runs one over a whole list of provider events (the demo, the
+client's tests and the benchmark use it; the endpoint feeds the adapter as the body streams).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from lastword.adapters.acp import ACPAdapter
+from lastword.adapters.anthropic import AnthropicAdapter
+from lastword.adapters.base import Event, NotTheFormat, ProviderAdapter, StreamStop
+from lastword.adapters.openai_responses import OpenAIResponsesAdapter
+
+ADAPTERS: dict[str, type[ProviderAdapter]] = {
+    adapter.format: adapter for adapter in (AnthropicAdapter, OpenAIResponsesAdapter, ACPAdapter)
+}
+FORMATS = tuple(ADAPTERS)
+
+
+def translate(
+    format: str, events: Iterable[Event], *, end: bool = False, idempotency_key: str | None = None
+) -> tuple[list[Event], StreamStop]:
+    """The §4 events of a whole provider stream, and how it stopped."""
+    adapter = ADAPTERS[format](idempotency_key)
+    made: list[Event] = []
+    for index, event in enumerate(events):
+        made.extend(adapter.feed(index, event))
+    made.extend(adapter.finish(end=end))
+    return made, adapter.stop
+
+
+__all__ = ["ADAPTERS", "FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]

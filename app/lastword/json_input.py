@@ -1,0 +1,157 @@
+"""Reading JSON request bodies exactly, and big arrays a slice at a time.
+
+Exact numbers. orjson reads an integer outside the 64-bit range ([-2**63, 2**64 - 1]) as a
+float, silently: ``18446744073709551617`` would be stored as ``1.8446744073709552e+19``. Blocks
+keep every field exactly as sent (SPEC §3), and orjson cannot write such an integer back, so
+they are refused (422 ``number_out_of_range``, naming the event's index and the field's path)
+rather than changed. Only a body with a run of 19 or more digits can hold one; only such a
+body is read a second time, with the standard library's exact integers, to find where.
+
+Slices. One ``orjson.loads`` of a 16 MB array holds the interpreter (and the event loop) for a
+quarter of a second and validating it in one call for more, so a JSON array is cut at its
+top-level commas into slices of about :data:`SLICE_BYTES`, each parsed (and, by the caller,
+validated) on its own, with the event loop free between them. The cutting only finds strings
+and brackets (a regular expression does the scanning); whether each slice is valid JSON is
+orjson's to say, so what is accepted is exactly what a whole-body parse accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from lastword.errors import MalformedJson, NumberOutOfRange
+
+#: The integers orjson reads and writes exactly.
+MIN_EXACT_INT = -(2**63)
+MAX_EXACT_INT = 2**64 - 1
+#: Any integer outside that range is written with at least 19 digits.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+#: About this many bytes of a JSON array are parsed (and validated) at a time: a few
+#: milliseconds of work each (scanning, parsing, validating), then the event loop runs.
+SLICE_BYTES = 64 * 1024
+
+# A string (escapes included) or one structural character; everything else is skipped.
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[][{},]', re.DOTALL)
+_WHITESPACE = b" \t\r\n"
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def malformed(error: orjson.JSONDecodeError | ValueError, where: str = "the body") -> MalformedJson:
+    return MalformedJson(f"{where} is not valid JSON: {error}")
+
+
+def loads(raw: bytes, *, index: int | None = None) -> Any:
+    """``raw`` parsed; 400 if it is not JSON, 422 if it holds an integer orjson would change.
+
+    ``index`` is the position of the value in a batch (an NDJSON line), named in the problem.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise malformed(error) from None
+    refuse_inexact(raw, index=index)
+    return value
+
+
+def refuse_inexact(raw: bytes, *, index: int | None) -> None:
+    """422 if ``raw`` (one value, already parsed by orjson) holds an integer orjson changed."""
+    if _LONG_DIGITS.search(raw):
+        check_exact(raw, items=False, first_index=index)
+
+
+def check_exact(raw: bytes, *, items: bool, first_index: int | None) -> None:
+    """Refuse the first integer in ``raw`` (which orjson has parsed) that orjson changed.
+
+    With ``items``, ``raw`` is an array whose items are events numbered from ``first_index``.
+    """
+    exact = json.loads(raw, parse_constant=_never)
+    for offset, value in enumerate(exact if items else [exact]):
+        path = _inexact_path(value, "")
+        if path is None:
+            continue
+        field = path.removeprefix(".") or "body"
+        extra: dict[str, Any] = {"field": field}
+        where = field
+        if first_index is not None:
+            extra["index"] = first_index + offset
+            where = f"event {first_index + offset}: {field}"
+        raise NumberOutOfRange(
+            f"{where}: the integer is outside [-2**63, 2**64 - 1] and would not be kept exactly", **extra,
+        )
+
+
+def _never(name: str) -> Any:
+    raise ValueError(name)  # orjson refused NaN and Infinity already; never reached
+
+
+def _inexact_path(value: Any, path: str) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return path if not MIN_EXACT_INT <= value <= MAX_EXACT_INT else None
+    if isinstance(value, list):
+        for position, item in enumerate(value):
+            found = _inexact_path(item, f"{path}[{position}]")
+            if found is not None:
+                return found
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = _inexact_path(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    return None
+
+
+def array_slices(raw: bytes, budget: int = SLICE_BYTES) -> Iterator[bytes] | None:
+    """The items of a top-level JSON array as slices of about ``budget`` bytes; None if
+    ``raw`` is not an array. Each slice is the items' text joined by commas, to be parsed as
+    ``b"[" + slice + b"]"``. A malformed body may be cut anywhere: its slices do not parse."""
+    leading = _LEADING_SPACE.match(raw)  # no copy of a 16 MB body, unlike lstrip()
+    start = leading.end() if leading else 0
+    if raw[start : start + 1] != b"[":
+        return None
+    return _slices(raw, start + 1, budget)
+
+
+def _slices(raw: bytes, begin: int, budget: int) -> Iterator[bytes]:
+    depth = 1
+    piece_start = begin
+    for match in _TOKENS.finditer(raw, begin):
+        char = raw[match.start()]
+        if char == 0x22:  # '"': a string, skipped whole
+            continue
+        if char in b"[{":
+            depth += 1
+        elif char in b"]}":
+            depth -= 1
+            if depth == 0:
+                if raw[match.end():].strip(_WHITESPACE):
+                    raise MalformedJson("the body is not valid JSON: data after the array")
+                last = raw[piece_start : match.start()]
+                if last.strip(_WHITESPACE) or piece_start > begin:
+                    yield last
+                return
+        elif depth == 1 and match.start() - piece_start >= budget:
+            yield raw[piece_start : match.start()]
+            piece_start = match.end()
+    raise MalformedJson("the body is not valid JSON: the array is not closed")
+
+
+def parse_slice(piece: bytes, first_index: int) -> list[Any]:
+    """The items of one slice of an array (see :func:`array_slices`), exactly."""
+    raw = b"[" + piece + b"]"
+    try:
+        items = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise malformed(error) from None
+    if not items:  # only an empty array has no item, and it yields no slice
+        raise MalformedJson("the body is not valid JSON: an empty item in the array")
+    if _LONG_DIGITS.search(piece):
+        check_exact(raw, items=True, first_index=first_index)
+    return list(items)

@@ -1,0 +1,438 @@
+"""The storage contract (``lastword.store.base.Store``), as one abstract suite every backend runs.
+
+The eventsourcing habit: the suite is written once against the contract, and each backend's
+test module subclasses it with one factory, the ``database_url`` fixture of a fresh, empty
+database (``tests/test_store_sqlite.py``, ``tests/test_store_postgres.py``). The tests talk to
+the store directly, below HTTP and the service: what each operation stores, returns and
+refuses, that a refused batch stores nothing, that a reopened store (a restart) reads back
+the same, and that two stores on one database (two replicas) agree.
+
+Times are plain numbers passed in (the store has no clock of its own), so leases are tested
+by passing a later ``now``, never by waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import pytest
+
+from lastword.errors import (
+    Conflict,
+    EventIdConflict,
+    NotContinuable,
+    RunDeleted,
+    RunEnded,
+    RunExists,
+    RunNotFound,
+    TurnAlreadyEnded,
+    TurnNotFound,
+)
+from lastword.settings import Settings
+from lastword.store import RunSpec, Store, open_store
+from tests.builders import chunk, message, text, turn_end, usage
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = 1_700_000_000.0  # "now" for the tests: any fixed time will do
+
+
+def spec(run_id: str, *, mode: Literal["oneshot", "continuable"] = "oneshot", parent: str | None = None,
+         agent: str | None = None, lease: float | None = None, metadata: dict[str, Any] | None = None) -> RunSpec:
+    body = {"runId": run_id, "mode": mode, "parentRunId": parent, "agent": agent, "leaseSeconds": lease}
+    return RunSpec(run_id=run_id, parent_run_id=parent, agent=agent, mode=mode, metadata=metadata or {},
+                   lease_seconds=lease, canonical=orjson.dumps(body).decode())
+
+
+def bodies(events: list[Any]) -> list[dict[str, Any]]:
+    return [event.body for event in events]
+
+
+STARTER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from lastword.settings import Settings
+    from lastword.store import open_store
+
+    async def main() -> None:
+        store = open_store(Settings(database_url=sys.argv[1], lease_seconds=0))
+        while time.time() < float(sys.argv[2]):
+            time.sleep(0.0005)
+        await store.open()
+        await store.ping()
+        await store.close()
+
+    asyncio.run(main())
+    print("opened")
+    """
+)
+
+
+class StoreContract:
+    """Abstract: a subclass provides the ``database_url`` fixture (a fresh database per test)."""
+
+    @pytest.fixture
+    def database_url(self) -> Iterator[str]:
+        raise NotImplementedError("a backend's test class supplies a fresh database")
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    def new_store(self, database_url: str, **settings: Any) -> Store:
+        return open_store(Settings(**{"database_url": database_url, "lease_seconds": 0, **settings}))
+
+    @pytest.fixture
+    async def store(self, database_url: str) -> AsyncIterator[Store]:
+        opened = self.new_store(database_url)
+        await opened.open()
+        try:
+            yield opened
+        finally:
+            await opened.close()
+
+    # -- creating runs ---------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_create_starts_turn_one_and_logs_subagent_start(self, store: Store) -> None:
+        """A new run is running on turn 1; its log holds subagent/start at seq 1 and in the feed."""
+        run, created, stored = await store.create_run(spec("r1", agent="helper", parent="p"), T0)
+        assert created
+        assert (run.run_id, run.status, run.turn, run.last_seq, run.mode) == ("r1", "running", 1, 1, "oneshot")
+        assert (run.agent, run.parent_run_id, run.created_at) == ("helper", "p", T0)
+        [start] = stored
+        assert (start.seq, start.type, start.turn) == (1, "subagent/start", 1)
+        assert start.body["runId"] == "r1" and start.body["agent"] == "helper" and start.body["turn"] == 1
+        assert bodies(await store.events_after("r1", 0, 10)) == [start.body]
+        assert [event.feed_id for event in await store.feed_after(0, None, 10)] == [start.feed_id]
+        assert await store.get_run("r1") == run
+
+    @pytest.mark.anyio
+    async def test_repeated_create_returns_the_run_and_a_different_one_conflicts(self, store: Store) -> None:
+        """The same spec again is answered with the stored run and changes nothing; another spec is refused."""
+        first, _, _ = await store.create_run(spec("r1", metadata={"k": 1}), T0)
+        again, created, stored = await store.create_run(spec("r1", metadata={"k": 1}), T0 + 5)
+        assert (again, created, stored) == (first, False, [])
+        with pytest.raises(RunExists):
+            await store.create_run(spec("r1", agent="other"), T0 + 5)
+        assert len(await store.events_after("r1", 0, 10)) == 1
+
+    @pytest.mark.anyio
+    async def test_unknown_run_is_not_found_everywhere(self, store: Store) -> None:
+        """Every operation on a run that does not exist raises NotFound and creates nothing."""
+        for operation in (
+            store.get_run("nope"),
+            store.append("nope", [chunk("x")], T0),
+            store.end_turn("nope", "completed", None, T0),
+            store.start_turn("nope", T0),
+            store.close_run("nope", T0),
+            store.turn_result("nope", None),
+        ):
+            with pytest.raises(RunNotFound):
+                await operation
+        assert not any((await store.count_runs()).values())
+
+    # -- appending -----------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_append_assigns_consecutive_seqs_and_keeps_events_as_sent(self, store: Store) -> None:
+        """Each append takes the next seqs, gap-free; the log hands the events back unchanged."""
+        await store.create_run(spec("r1"), T0)
+        sent = [chunk("a", "e1"), message(text("b", extra={"x": [1]}), usage=usage(1, 2)), {"type": "x-trace", "n": 1}]
+        first = await store.append("r1", sent[:2], T0 + 1)
+        second = await store.append("r1", sent[2:], T0 + 2)
+        assert (first.accepted, first.duplicates, first.last_seq) == (2, 0, 3)
+        assert (second.accepted, second.last_seq) == (1, 4)
+        logged = await store.events_after("r1", 1, 10)
+        assert [(event.seq, event.turn, event.type) for event in logged] == [
+            (2, 1, "assistant/chunk"), (3, 1, "assistant/message"), (4, 1, "x-trace"),
+        ]
+        assert bodies(logged) == sent
+        assert [event.event_id for event in logged] == ["e1", None, None]
+        assert [event.received_at for event in logged] == [T0 + 1, T0 + 1, T0 + 2]
+        assert (await store.get_run("r1")).last_seq == 4
+
+    @pytest.mark.anyio
+    async def test_events_after_pages_and_filters_by_type(self, store: Store) -> None:
+        """events_after(after, limit) pages in seq order; ``types`` keeps only those types."""
+        await store.create_run(spec("r1"), T0)
+        await store.append("r1", [chunk(str(number)) for number in range(10)], T0)
+        pages = [await store.events_after("r1", after, 4) for after in (0, 4, 8)]
+        assert [[event.seq for event in page] for page in pages] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11]]
+        assert [event.seq for event in await store.events_after("r1", 0, 100, frozenset({"subagent/start"}))] == [1]
+        assert await store.events_after("r1", 11, 10) == []
+
+    @pytest.mark.anyio
+    async def test_the_open_turns_result_follows_the_rule(self, store: Store) -> None:
+        """turn_result of an open turn selects its output by SPEC §5 and sums its usage so far."""
+        await store.create_run(spec("r1"), T0)
+        await store.append("r1", [message("kept", usage=usage(3, 4)), message(usage=usage(1, 1)), chunk("later")], T0)
+        run, turn = await store.turn_result("r1", None)
+        assert run.status == "running" and not turn.ended
+        assert turn.output == [text("kept")]
+        assert turn.usage == {"inputTokens": 4, "outputTokens": 5, "cacheReadTokens": 0, "cacheWriteTokens": 0}
+        snapshot_run, snapshot_turn = await store.snapshot("r1")
+        assert snapshot_run.last_seq == 4 and snapshot_turn.output == [text("kept")]
+
+    @pytest.mark.anyio
+    async def test_a_repeated_event_id_is_a_duplicate_and_a_clash_stores_nothing(self, store: Store) -> None:
+        """The same eventId with the same content is counted as a duplicate and stored once; with
+        other content the whole batch is refused and nothing of it is stored."""
+        await store.create_run(spec("r1"), T0)
+        await store.append("r1", [chunk("one", "e1")], T0)
+        retry = await store.append("r1", [chunk("one", "e1"), chunk("two", "e2")], T0)
+        assert (retry.accepted, retry.duplicates, retry.last_seq) == (1, 1, 3)
+        with pytest.raises(EventIdConflict):
+            await store.append("r1", [chunk("three", "e3"), chunk("not one", "e1")], T0)
+        assert [event.body for event in await store.events_after("r1", 1, 10)] == [chunk("one", "e1"), chunk("two", "e2")]
+        _, turn = await store.turn_result("r1", None)
+        assert turn.output == [text("onetwo")]
+
+    # -- ending turns --------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_turn_end_in_a_batch_ends_the_turn_with_its_output(self, store: Store) -> None:
+        """A turn/end event ends the turn: the turn row, subagent/end and the run all say so."""
+        await store.create_run(spec("r1"), T0)
+        outcome = await store.append("r1", [chunk("partial"), turn_end("max_tokens", usage=usage(5, 6))], T0 + 1)
+        assert outcome.ended is not None
+        assert (outcome.ended.stop_reason, outcome.ended.output) == ("max_tokens", [text("partial")])
+        run, turn = await store.turn_result("r1", 1)
+        assert run.status == "ended" and run.lease_expires_at is None
+        assert (turn.ended_at, turn.stop_reason, turn.usage["inputTokens"]) == (T0 + 1, "max_tokens", 5)
+        [end] = [event for event in await store.events_after("r1", 0, 10) if event.type == "subagent/end"]
+        assert end.body["lastAssistantMessage"] == [text("partial")]
+        assert end.body["stopReason"] == "max_tokens" and end.body["isError"] is True
+
+    @pytest.mark.anyio
+    async def test_events_after_the_end_are_refused_and_nothing_is_dropped(self, store: Store) -> None:
+        """After the end, new events raise RunEnded and store nothing; a retry of stored ones is
+        still answered as duplicates."""
+        await store.create_run(spec("r1"), T0)
+        await store.append("r1", [chunk("kept", "e1")], T0)
+        await store.end_turn("r1", "cancelled", None, T0)
+        before = await store.events_after("r1", 0, 10)
+        with pytest.raises(RunEnded):
+            await store.append("r1", [chunk("late")], T0)
+        with pytest.raises(RunEnded):  # events after a turn/end in the same batch
+            await store.create_run(spec("r2"), T0)
+            await store.append("r2", [turn_end("completed"), chunk("after")], T0)
+        assert await store.events_after("r1", 0, 10) == before
+        assert (await store.append("r1", [chunk("kept", "e1")], T0)).duplicates == 1
+        assert [event.type for event in await store.events_after("r2", 0, 10)] == ["subagent/start"]
+
+    @pytest.mark.anyio
+    async def test_ending_is_idempotent_and_a_different_reason_conflicts(self, store: Store) -> None:
+        """The same end again changes nothing; another stop reason is refused; an empty output
+        leaves lastAssistantMessage out of subagent/end."""
+        await store.create_run(spec("r1"), T0)
+        first = await store.end_turn("r1", "error", {"message": "boom"}, T0 + 1)
+        assert first is not None and first.changed
+        assert (first.turn.stop_reason, first.turn.error, first.turn.output) == ("error", {"message": "boom"}, [])
+        assert "lastAssistantMessage" not in first.stored[0].body
+        again = await store.end_turn("r1", "error", {"message": "boom"}, T0 + 2)
+        assert again is not None and not again.changed and again.turn == first.turn
+        with pytest.raises(TurnAlreadyEnded):
+            await store.end_turn("r1", "completed", None, T0 + 3)
+        assert (await store.get_run("r1")).last_seq == 2
+
+    @pytest.mark.anyio
+    async def test_continuable_runs_take_turns_and_close(self, store: Store) -> None:
+        """A continuable run goes idle after a turn, starts turn 2 only when idle, and closes for good."""
+        await store.create_run(spec("c", mode="continuable"), T0)
+        with pytest.raises(Conflict):
+            await store.start_turn("c", T0)  # still running
+        await store.append("c", [message("one"), turn_end("completed")], T0)
+        assert (await store.get_run("c")).status == "idle"
+        run, [start] = await store.start_turn("c", T0 + 1)
+        assert (run.status, run.turn, start.type, start.body["turn"]) == ("running", 2, "subagent/start", 2)
+        await store.append("c", [chunk("two")], T0 + 1)
+        closed, stored = await store.close_run("c", T0 + 2)
+        assert closed.status == "ended"
+        assert [event.type for event in stored][0] == "subagent/end"
+        _, second = await store.turn_result("c", 2)
+        assert (second.stop_reason, second.output) == ("cancelled", [text("two")])
+        _, first = await store.turn_result("c", 1)
+        assert first.output == [text("one")]
+        with pytest.raises(TurnNotFound):
+            await store.turn_result("c", 3)
+        assert (await store.close_run("c", T0 + 3))[1] == []  # closing again changes nothing
+
+    @pytest.mark.anyio
+    async def test_oneshot_runs_have_one_turn(self, store: Store) -> None:
+        """A oneshot run can neither start a second turn nor be closed."""
+        await store.create_run(spec("o"), T0)
+        await store.end_turn("o", "completed", None, T0)
+        for operation in (store.start_turn("o", T0), store.close_run("o", T0)):
+            with pytest.raises(NotContinuable):
+                await operation
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_expired_runs_are_those_whose_lease_ran_out(self, store: Store) -> None:
+        """A run is expired once ``now`` passes its lease (renewed by every append); lease 0 never."""
+        await store.create_run(spec("short", lease=10), T0)
+        await store.create_run(spec("none", lease=0), T0)
+        await store.append("short", [chunk("x")], T0 + 5)  # renews: expires at T0 + 15
+        assert (await store.get_run("short")).lease_expires_at == T0 + 15
+        assert await store.expired_runs(T0 + 14) == []
+        assert await store.expired_runs(T0 + 16) == ["short"]
+        assert await store.end_turn("short", "timeout", None, T0 + 14, only_if_expired=True) is None
+        ended = await store.end_turn("short", "timeout", None, T0 + 16, only_if_expired=True)
+        assert ended is not None and ended.turn.output == [text("x")]
+        assert await store.expired_runs(T0 + 10**9) == []
+
+    # -- listing, the feed, retention ------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_list_runs_filters_and_pages_newest_first(self, store: Store) -> None:
+        """list_runs filters by parent, status and agent, newest first, paged by ``before_pk``."""
+        for number in range(5):
+            await store.create_run(spec(f"r{number}", parent="p" if number % 2 else None,
+                                        agent="even" if number % 2 == 0 else "odd"), T0 + number)
+        await store.end_turn("r4", "completed", None, T0 + 9)
+
+        async def listed(**filters: Any) -> list[str]:
+            query = {"parent_run_id": None, "status": None, "agent": None, "limit": 10, "before_pk": None, **filters}
+            return [run.run_id for run in await store.list_runs(**query)]
+
+        assert await listed() == ["r4", "r3", "r2", "r1", "r0"]
+        assert await listed(parent_run_id="p") == ["r3", "r1"]
+        assert await listed(agent="even", status="running") == ["r2", "r0"]
+        assert await listed(status="ended") == ["r4"]
+        page = await store.list_runs(parent_run_id=None, status=None, agent=None, limit=2, before_pk=None)
+        rest = await listed(before_pk=page[-1].pk)
+        assert [run.run_id for run in page] + rest == ["r4", "r3", "r2", "r1", "r0"]
+        counts = await store.count_runs()
+        assert (counts.get("running"), counts.get("idle", 0), counts.get("ended")) == (4, 0, 1)
+
+    @pytest.mark.anyio
+    async def test_the_feed_holds_every_lifecycle_event_in_order(self, store: Store) -> None:
+        """feed_after returns starts and ends of every run in commit order, filterable by parent."""
+        await store.create_run(spec("a"), T0)
+        await store.create_run(spec("b", parent="a"), T0)
+        await store.append("a", [chunk("not in the feed")], T0)
+        await store.end_turn("b", "completed", None, T0)
+        feed = await store.feed_after(0, None, 100)
+        assert [(event.run_id, event.type) for event in feed] == [
+            ("a", "subagent/start"), ("b", "subagent/start"), ("b", "subagent/end"),
+        ]
+        ids = [event.feed_id for event in feed if event.feed_id is not None]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        assert await store.last_feed_id() == ids[-1]
+        assert [event.type for event in await store.feed_after(ids[0], "a", 100)] == ["subagent/start", "subagent/end"]
+        assert await store.feed_after(ids[-1], None, 100) == []
+
+    @pytest.mark.anyio
+    async def test_retention_deletes_ended_runs_and_leaves_a_tombstone(self, store: Store) -> None:
+        """Runs ended before the cut-off are deleted (then read as Gone); others stay."""
+        await store.create_run(spec("old"), T0)
+        await store.end_turn("old", "completed", None, T0 + 1)
+        await store.create_run(spec("open"), T0)
+        await store.create_run(spec("recent"), T0)
+        await store.end_turn("recent", "completed", None, T0 + 100)
+        assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
+        with pytest.raises(RunDeleted):
+            await store.get_run("old")
+        assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
+                                                            limit=10, before_pk=None)} == {"open", "recent"}
+
+    # -- restarts and replicas -------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_a_reopened_store_reads_back_everything(self, store: Store, database_url: str) -> None:
+        """A second store opened on the database (a restart) reads the same runs, log and results,
+        rebuilding the open turn's output from the log."""
+        await store.create_run(spec("open"), T0)
+        await store.append("open", [message("kept"), message(usage=usage(1, 1)), chunk("streamed")], T0)
+        await store.create_run(spec("done"), T0)
+        await store.end_turn("done", "max_tokens", None, T0)
+        reopened = self.new_store(database_url)
+        await reopened.open()
+        try:
+            for run_id in ("open", "done"):
+                assert await reopened.turn_result(run_id, None) == await store.turn_result(run_id, None)
+                assert bodies(await reopened.events_after(run_id, 0, 100)) == bodies(
+                    await store.events_after(run_id, 0, 100))
+            assert (await reopened.turn_result("open", None))[1].output == [text("kept")]
+            await reopened.append("open", [chunk("more")], T0)
+            assert (await reopened.get_run("open")).last_seq == 5
+        finally:
+            await reopened.close()
+
+    @pytest.mark.anyio
+    async def test_two_stores_feed_one_turn_and_agree(self, store: Store, database_url: str) -> None:
+        """Two stores on one database (two replicas) each catch their fold up with what the other
+        wrote before adding their own; the turn ends once with the whole output."""
+        other = self.new_store(database_url)
+        await other.open()
+        try:
+            await store.create_run(spec("shared"), T0)
+            await store.append("shared", [chunk("one ")], T0)
+            _, turn = await other.turn_result("shared", None)  # other builds its fold here
+            assert turn.output == [text("one ")]
+            await store.append("shared", [chunk("two ")], T0)  # other's fold is now behind
+            await other.append("shared", [chunk("three")], T0)
+            for reader in (store, other):
+                _, turn = await reader.turn_result("shared", None)
+                assert turn.output == [text("one two three")]
+            ended = await other.end_turn("shared", "completed", None, T0)
+            assert ended is not None and ended.changed
+            again = await store.end_turn("shared", "completed", None, T0)
+            assert again is not None and not again.changed
+            assert again.turn.output == [text("one two three")]
+            assert [event.seq for event in await store.events_after("shared", 0, 100)] == [1, 2, 3, 4, 5]
+        finally:
+            await other.close()
+
+    @pytest.mark.anyio
+    async def test_concurrent_appends_through_two_stores_are_gap_free(self, store: Store, database_url: str) -> None:
+        """Appends racing through two stores on one run get seq 1..N: no gap, no repeat."""
+        other = self.new_store(database_url)
+        await other.open()
+        try:
+            await store.create_run(spec("raced"), T0)
+            writes = [
+                (store if number % 2 else other).append("raced", [chunk(f"{number} ")], T0)
+                for number in range(60)
+            ]
+            outcomes = await asyncio.gather(*writes)
+            assert sorted(outcome.last_seq for outcome in outcomes) == list(range(2, 62))
+            assert [event.seq for event in await other.events_after("raced", 0, 1000)] == list(range(1, 62))
+            _, turn = await store.turn_result("raced", None)
+            assert sorted(turn.output[0]["text"].split()) == sorted(str(number) for number in range(60))
+        finally:
+            await other.close()
+
+    # -- the schema --------------------------------------------------------------------------------
+
+    def test_replicas_starting_together_create_the_schema_once(self, database_url: str) -> None:
+        """Processes that open one fresh database at the same instant all start, with one schema."""
+        starting = 6
+        at = time.time() + 2.0
+        processes = [
+            subprocess.Popen([sys.executable, "-c", STARTER, database_url, str(at)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(starting)
+        ]
+        outcomes = [process.communicate(timeout=60) for process in processes]
+        for process, (out, err) in zip(processes, outcomes, strict=True):
+            assert process.returncode == 0, err.decode()[-2000:]
+            assert out.decode().strip() == "opened"
+
+    @pytest.mark.anyio
+    async def test_a_schema_from_a_newer_release_is_refused(self, store: Store, database_url: str) -> None:
+        """A database whose schema is newer than the code is not opened (nor downgraded)."""
+        await store._write(lambda tx: tx.run("UPDATE meta SET value = '99' WHERE key = 'schema_version'"))  # type: ignore[attr-defined]
+        newer = self.new_store(database_url)
+        with pytest.raises(RuntimeError, match="schema version 99"):
+            await newer.open()
+        await newer.close()

@@ -1,0 +1,238 @@
+"""Webhooks (SPEC §14) through a real server and a real receiver on loopback, on both backends."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from tests.receiver import Answer, Receiver
+from tests.servers import threaded_server
+
+WAIT = 30.0
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+def serve(make_settings: Any, **overrides: Any) -> Any:
+    values = {"webhook_backoff_seconds": 0.05, "webhook_timeout_seconds": 2.0, **overrides}
+    return threaded_server(make_settings(**values))
+
+
+def deliveries_when(http: httpx.Client, run_id: str, done: Any) -> list[dict[str, Any]]:
+    """The run's deliveries once ``done(deliveries)`` holds (polled, bounded)."""
+    for _ in range(int(WAIT / 0.02)):
+        deliveries = http.get(f"/v1/runs/{run_id}/deliveries").json()["deliveries"]
+        if done(deliveries):
+            return list(deliveries)
+        threading.Event().wait(0.02)
+    raise AssertionError(f"deliveries never reached the expected state: {deliveries}")
+
+
+def settled(deliveries: list[dict[str, Any]]) -> bool:
+    return bool(deliveries) and all(d["state"] != "pending" for d in deliveries)
+
+
+def end_with_partial_answer(http: httpx.Client, run_id: str) -> None:
+    http.post(f"/v1/runs/{run_id}/events", json=[
+        {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "partial answer"}],
+                                                  "usage": {"inputTokens": 5, "outputTokens": 7}}},
+        {"type": "assistant/message", "message": {"content": [], "usage": {"inputTokens": 1, "outputTokens": 9}}},
+    ]).raise_for_status()
+    http.post(f"/v1/runs/{run_id}/end", json={"stopReason": "max_tokens"}).raise_for_status()
+
+
+def test_an_end_is_delivered_signed_as_standard_webhooks_verify_it(make_settings: Any, receiver: Receiver) -> None:
+    """The subagent/end arrives once, with the selected output, and its signature verifies."""
+    secret = new_secret()
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        http.post("/v1/runs", json={"runId": "hooked", "agent": "writer",
+                                    "webhook": {"url": receiver.url, "secret": secret}}).raise_for_status()
+        end_with_partial_answer(http, "hooked")
+        got = receiver.arrivals.get(timeout=WAIT)
+        [delivery] = deliveries_when(http, "hooked", settled)
+        logged = [e["event"] for e in http.get("/v1/runs/hooked/events").json()["events"]]
+    body = Webhook(secret).verify(got.body, got.headers)
+    [end] = [event for event in logged if event["type"] == "subagent/end"]
+    assert body == {"type": "subagent.end", "timestamp": end["endedAt"], "data": end}
+    assert body["data"]["lastAssistantMessage"] == [{"type": "text", "text": "partial answer"}]
+    assert body["data"]["stopReason"] == "max_tokens"
+    assert got.webhook_id == "msg_hooked_1"
+    assert got.headers["webhook-timestamp"].isdigit()
+    assert got.headers["content-type"] == "application/json"
+    assert delivery["webhookId"] == "msg_hooked_1" and delivery["turn"] == 1
+    assert delivery["state"] == "delivered" and delivery["lastStatus"] == 200
+    [attempt] = delivery["attempts"]
+    assert attempt["statusCode"] == 200 and attempt["durationMs"] >= 0 and "nextAttemptAt" not in delivery
+    with pytest.raises(Exception):
+        Webhook(new_secret()).verify(got.body, got.headers)  # another secret does not verify
+
+
+def test_failures_are_retried_under_one_webhook_id_until_a_2xx(make_settings: Any) -> None:
+    """Two 503s then a 200: three attempts, one webhook-id, each re-signed, then delivered."""
+    answers = iter([Answer(503, b"busy"), Answer(503, b"busy"), Answer(200)])
+    receiver = Receiver(lambda _: next(answers))
+    secret = new_secret()
+    try:
+        with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+            http.post("/v1/runs", json={"runId": "flaky", "webhook": {"url": receiver.url, "secret": secret}})
+            http.post("/v1/runs/flaky/end", json={"stopReason": "end_turn"}).raise_for_status()
+            [delivery] = deliveries_when(http, "flaky", settled)
+    finally:
+        receiver.close()
+    assert receiver.ids() == ["msg_flaky_1"] * 3
+    for request in receiver.requests:
+        Webhook(secret).verify(request.body, request.headers)
+    assert len({request.body for request in receiver.requests}) == 1  # the same payload every time
+    assert delivery["state"] == "delivered"
+    assert [a.get("statusCode") for a in delivery["attempts"]] == [503, 503, 200]
+    assert delivery["attempts"][0]["response"] == "busy"
+
+
+def test_a_delivery_that_never_succeeds_is_marked_failed_not_dropped(make_settings: Any) -> None:
+    """With every answer a 500, it stops after the configured attempts as failed, each one listed."""
+    receiver = Receiver(lambda _: Answer(500, b"x" * 100_000))
+    try:
+        with serve(make_settings, webhook_max_attempts=3) as url, httpx.Client(base_url=url) as http:
+            http.post("/v1/runs", json={"runId": "doomed", "webhook": {"url": receiver.url}})
+            http.post("/v1/runs/doomed/end", json={"stopReason": "cancelled"}).raise_for_status()
+            [delivery] = deliveries_when(http, "doomed", settled)
+            metrics = http.get("/metrics").text
+    finally:
+        receiver.close()
+    assert delivery["state"] == "failed" and delivery["lastStatus"] == 500
+    assert len(delivery["attempts"]) == 3 and "nextAttemptAt" not in delivery
+    assert all(len(a["response"]) <= 200 for a in delivery["attempts"])  # an excerpt, not the body
+    assert 'lastword_webhook_deliveries_total{outcome="failed"} 1.0' in metrics
+    assert 'lastword_webhook_attempts_total{result="http_error"} 3.0' in metrics
+    assert "lastword_webhook_outbox_pending 0.0" in metrics
+
+
+def test_a_pending_retry_shows_when_it_is_due(make_settings: Any) -> None:
+    """Between attempts the delivery is pending with nextAttemptAt, counted in the outbox gauges."""
+    receiver = Receiver(lambda _: Answer(503))
+    try:
+        with serve(make_settings, webhook_backoff_seconds=3600) as url, httpx.Client(base_url=url) as http:
+            http.post("/v1/runs", json={"runId": "later", "webhook": {"url": receiver.url}})
+            http.post("/v1/runs/later/end", json={"stopReason": "end_turn"}).raise_for_status()
+            [delivery] = deliveries_when(http, "later", lambda ds: ds and ds[0]["attempts"])
+            metrics = http.get("/metrics").text
+    finally:
+        receiver.close()
+    assert delivery["state"] == "pending" and "nextAttemptAt" in delivery
+    assert "lastword_webhook_outbox_pending 1.0" in metrics
+
+
+def test_redirects_are_not_followed(make_settings: Any) -> None:
+    """A 307 to another host is an unsuccessful answer: the other host hears nothing."""
+    elsewhere = Receiver()
+    receiver = Receiver(lambda _: Answer(307, b"", {"location": elsewhere.url}))
+    try:
+        with serve(make_settings, webhook_max_attempts=2) as url, httpx.Client(base_url=url) as http:
+            http.post("/v1/runs", json={"runId": "moved", "webhook": {"url": receiver.url}})
+            http.post("/v1/runs/moved/end", json={"stopReason": "end_turn"}).raise_for_status()
+            [delivery] = deliveries_when(http, "moved", settled)
+    finally:
+        receiver.close()
+        elsewhere.close()
+    assert elsewhere.requests == []
+    assert delivery["state"] == "failed" and [a["statusCode"] for a in delivery["attempts"]] == [307, 307]
+
+
+def test_a_silent_or_absent_receiver_is_an_attempt_with_an_error(make_settings: Any) -> None:
+    """No answer within the time-out, or a refused connection, is recorded as the attempt's error."""
+    release = threading.Event()
+    slow = Receiver(lambda _: Answer(200, hold=release))
+    try:
+        with serve(make_settings, webhook_timeout_seconds=0.3, webhook_max_attempts=1) as url, \
+                httpx.Client(base_url=url) as http:
+            http.post("/v1/runs", json={"runId": "slow", "webhook": {"url": slow.url}})
+            http.post("/v1/runs", json={"runId": "absent", "webhook": {"url": "http://127.0.0.1:9/hook"}})
+            for run_id in ("slow", "absent"):
+                http.post(f"/v1/runs/{run_id}/end", json={"stopReason": "end_turn"}).raise_for_status()
+            [timed_out] = deliveries_when(http, "slow", settled)
+            [refused] = deliveries_when(http, "absent", settled)
+    finally:
+        release.set()
+        slow.close()
+    assert "no answer within" in timed_out["attempts"][0]["error"]
+    assert "statusCode" not in refused["attempts"][0] and refused["attempts"][0]["error"]
+
+
+@pytest.mark.parametrize("webhook, field", [
+    ({"url": "ftp://127.0.0.1/hook"}, "webhook.url"),
+    ({"url": "file:///etc/passwd"}, "webhook.url"),
+    ({"url": "http://evil.example/hook"}, "webhook.url"),
+    ({"url": "http://user:pw@hooks.example/hook"}, "webhook.url"),
+    ({"url": "http://hooks.example/hook", "secret": "not-a-secret"}, "webhook.secret"),
+    ({"url": "http://hooks.example/hook", "secret": "whsec_!!!"}, "webhook.secret"),
+])
+def test_bad_webhooks_are_refused_and_create_nothing(make_settings: Any, webhook: dict[str, str], field: str) -> None:
+    """A non-http(s) URL, a host outside the allowed list, or a malformed secret is 422; no run exists."""
+    with serve(make_settings, webhook_allowed_hosts="hooks.example, *.internal") as url, \
+            httpx.Client(base_url=url) as http:
+        refused = http.post("/v1/runs", json={"runId": "nope", "webhook": webhook})
+        assert http.get("/v1/runs/nope").status_code == 404
+        allowed = http.post("/v1/runs", json={"runId": "fine", "webhook": {"url": "https://a.b.internal/x"}})
+    assert refused.status_code == 422
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "invalid_webhook" and refused.json()["field"] == field
+    assert allowed.status_code == 201
+
+
+def test_the_secret_never_comes_back(make_settings: Any, receiver: Receiver) -> None:
+    """Neither the create answer, the run, the run list nor the deliveries show the secret."""
+    secret = new_secret()
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        created = http.post("/v1/runs", json={"runId": "quiet", "webhook": {"url": receiver.url, "secret": secret}})
+        again = http.post("/v1/runs", json={"runId": "quiet", "webhook": {"url": receiver.url, "secret": secret}})
+        http.post("/v1/runs/quiet/end", json={"stopReason": "end_turn"}).raise_for_status()
+        deliveries_when(http, "quiet", settled)
+        shown = [created.text, again.text, http.get("/v1/runs").text, http.get("/v1/runs/quiet").text,
+                 http.get("/v1/runs/quiet/deliveries").text, http.get("/v1/runs/quiet/events").text]
+    assert again.status_code == 200  # the same create is idempotent, secret and all
+    secret_key = secret.removeprefix("whsec_")
+    assert not any(secret_key in text for text in shown)
+
+
+def test_runs_without_a_webhook_have_no_deliveries(make_settings: Any, receiver: Receiver) -> None:
+    """No webhook: nothing is POSTed and the list is empty; an unknown run is a 404."""
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        http.post("/v1/runs", json={"runId": "plain"}).raise_for_status()
+        http.post("/v1/runs/plain/end", json={"stopReason": "end_turn"}).raise_for_status()
+        listed = http.get("/v1/runs/plain/deliveries").json()
+        unknown = http.get("/v1/runs/ghost/deliveries")
+    assert listed == {"deliveries": []}
+    assert unknown.status_code == 404 and unknown.json()["code"] == "run_not_found"
+    assert receiver.requests == []
+
+
+def test_every_turn_of_a_continuable_run_is_its_own_delivery(make_settings: Any, receiver: Receiver) -> None:
+    """Each turn's end is delivered under its own webhook-id, in turn order."""
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        http.post("/v1/runs", json={"runId": "chat", "mode": "continuable", "webhook": {"url": receiver.url}})
+        http.post("/v1/runs/chat/end", json={"stopReason": "end_turn"}).raise_for_status()
+        http.post("/v1/runs/chat/turns").raise_for_status()
+        http.post("/v1/runs/chat/end", json={"stopReason": "cancelled"}).raise_for_status()
+        deliveries = deliveries_when(http, "chat", lambda ds: len(ds) == 2 and settled(ds))
+    assert [d["webhookId"] for d in deliveries] == ["msg_chat_1", "msg_chat_2"]
+    bodies = {r.webhook_id: json.loads(r.body) for r in receiver.requests}
+    assert bodies["msg_chat_2"]["data"]["stopReason"] == "cancelled"
+
+
