@@ -32,11 +32,9 @@ SCENARIOS = {
     "e": "bench.idle",
     "f": "bench.fold",
     "g": "bench.restart",
-<<<<<<< HEAD
     "h": "bench.adapter",
-=======
-    "h": "bench.loop_stall",
->>>>>>> main
+    "i": "bench.loop_stall",
+    "j": "bench.fleet",
     "w": "bench.webhooks",
 }
 
@@ -46,7 +44,8 @@ DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; issue 8, scenario h).",
+        description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; "
+                    "issue 8, h; i; issue 15, j; webhooks, w).",
         epilog="example: python -m bench --quick --only a,b",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a CI smoke run (well under 2 minutes)")

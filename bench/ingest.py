@@ -8,6 +8,8 @@ a noisy neighbour slows them all alike (every figure is the median of its rounds
   JSON arrays with ``full`` durability, and JSON arrays and NDJSON on PostgreSQL when reachable;
 * Redis Streams with redis-py: one pipelined ``XADD`` per event, one pipeline per batch, the
   event's JSON as the entry's one field (no validation, no fold, no idempotency);
+* NATS JetStream with nats-py: a file-backed stream, each event published asynchronously with a
+  ``Nats-Msg-Id`` header (JetStream's deduplication), a batch done when every ack is in;
 * SQLite straight: ``executemany`` into the service's own ``events`` table with the same
   pragmas, one transaction per batch (no HTTP, no validation, no fold).
 
@@ -97,6 +99,73 @@ def _redis_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Varian
     return one_round
 
 
+def _postgres_copy_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Variant:
+    """PostgreSQL straight: ``COPY`` of the same rows into the service's own ``events`` table."""
+    import psycopg
+
+    from lastword.store.rows import EVENT_COLUMNS
+
+    connection = psycopg.connect(url, autocommit=True)
+
+    async def one_round(count: int) -> float:
+        run_id = f"bench-copy-{secrets.token_hex(6)}"
+        seq = 0
+        started = time.perf_counter()
+        for batch in event_batches[:count]:
+            now = time.time()
+            with connection.transaction(), connection.cursor() as cursor:
+                with cursor.copy(f"COPY events ({EVENT_COLUMNS}) FROM STDIN") as copy:
+                    for event in batch:
+                        seq += 1
+                        copy.write_row((run_id, seq, 1, event["type"], event.get("eventId"),
+                                        orjson.dumps(event).decode(), now))
+        return time.perf_counter() - started
+
+    return one_round
+
+
+NATS_STREAM = "LASTWORD_BENCH"
+
+
+async def _nats_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> tuple[Variant, Callable[[], Awaitable[None]]]:
+    """JetStream: the same batches, published asynchronously, a batch done when all are acked."""
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    client = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=0)
+    stream = client.jetstream()
+    with contextlib.suppress(Exception):
+        await stream.delete_stream(NATS_STREAM)
+    await stream.add_stream(StreamConfig(
+        name=NATS_STREAM, subjects=["lastwordbench.>"], storage=StorageType.FILE, duplicate_window=120.0,
+    ))
+    payloads = [[orjson.dumps(event) for event in batch] for batch in event_batches]
+
+    async def one_round(count: int) -> float:
+        key = secrets.token_hex(6)
+        subject = f"lastwordbench.{key}"
+        number = 0
+        started = time.perf_counter()
+        for batch in payloads[:count]:
+            acks = []
+            for payload in batch:
+                number += 1
+                acks.append(await stream.publish_async(subject, payload, headers={"Nats-Msg-Id": f"{key}-{number}"}))
+            for ack in await asyncio.gather(*acks):
+                if ack.duplicate:
+                    raise RuntimeError("JetStream took a fresh event for a duplicate")
+        elapsed = time.perf_counter() - started
+        await stream.purge_stream(NATS_STREAM, subject=subject)
+        return elapsed
+
+    async def close() -> None:
+        with contextlib.suppress(Exception):
+            await stream.delete_stream(NATS_STREAM)
+        await client.close()
+
+    return one_round, close
+
+
 def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
     from lastword.store.sqlite import SCHEMA
 
@@ -126,7 +195,7 @@ def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -
     return one_round
 
 
-async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
+async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) -> None:
     per_round = ctx.pick(100, 20)  # batches per variant per round
     rounds = ctx.pick(3, 1)
     events = mixed_events(BATCH * per_round, seed=1)
@@ -140,6 +209,7 @@ async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
     result.note(f"{total:,} events per variant per round, {rounds} round(s), {size:.0f} bytes per event as JSON")
 
     variants: dict[str, tuple[str, Variant]] = {}
+    closers: list[Callable[[], Awaitable[None]]] = []
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lastword-bench-a-")))
         normal = stack.enter_context(Server(durability="normal"))
@@ -164,10 +234,19 @@ async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
                 "lastword, PostgreSQL, JSON arrays", _http_variant(postgres, json_bodies, "application/json"))
             variants["postgres_ndjson"] = (
                 "lastword, PostgreSQL, NDJSON", _http_variant(postgres, ndjson_bodies, "application/x-ndjson"))
+            variants["postgres_copy"] = (
+                "PostgreSQL COPY into the same table, no HTTP", _postgres_copy_variant(pg_url, event_batches))
         try:
             variants["redis"] = ("Redis Streams, redis-py pipelined XADD", _redis_variant(redis_url, event_batches))
         except Exception as error:  # Redis down or redis-py missing: say so, keep the rest
             result.note(f"Redis skipped: {error}")
+        try:
+            nats_round, nats_close = await _nats_variant(nats_url, event_batches)
+        except Exception as error:  # NATS down or nats-py missing: say so, keep the rest
+            result.note(f"NATS JetStream skipped: {error!r}")
+        else:
+            variants["nats"] = ("NATS JetStream, nats-py async publish with Nats-Msg-Id", nats_round)
+            closers.append(nats_close)
         variants["direct_sqlite"] = ("SQLite executemany, no HTTP", _sqlite_variant(workdir, event_batches))
 
         # Warm-up: imports, connections, caches and the first pages of each database file.
@@ -179,6 +258,8 @@ async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
                 profiled = round_number == rounds - 1 and key in ("sqlite_json", "sqlite_ndjson")
                 with ctx.profiler.attach(normal, f"a-{key}") if profiled else contextlib.nullcontext():
                     times[key].append(await variant(per_round))
+        for close in closers:
+            await close()
 
     rates = {key: total / statistics.median(values) for key, values in times.items()}
     for key, (label, _) in variants.items():
@@ -192,20 +273,28 @@ async def _measure(ctx: Context, result: Result, redis_url: str) -> None:
 
     ratio("json_vs_redis", "lastword SQLite JSON / Redis Streams", "sqlite_json", "redis")
     ratio("ndjson_vs_redis", "lastword SQLite NDJSON / Redis Streams", "sqlite_ndjson", "redis")
+    ratio("json_vs_nats", "lastword SQLite JSON / NATS JetStream", "sqlite_json", "nats")
+    ratio("ndjson_vs_nats", "lastword SQLite NDJSON / NATS JetStream", "sqlite_ndjson", "nats")
     ratio("json_vs_direct", "lastword SQLite JSON / SQLite executemany", "sqlite_json", "direct_sqlite")
     ratio("ids_vs_plain", "with eventIds / without", "sqlite_json_ids", "sqlite_json")
     ratio("four_vs_one", "4 producers / 1 producer", "sqlite_json_4", "sqlite_json")
     ratio("full_vs_normal", "durability full / normal", "sqlite_full_json", "sqlite_json")
     ratio("postgres_vs_sqlite", "PostgreSQL JSON / SQLite JSON", "postgres_json", "sqlite_json")
+    ratio("postgres_vs_copy", "PostgreSQL JSON / raw COPY", "postgres_json", "postgres_copy")
     ratio("postgres_vs_redis", "PostgreSQL JSON / Redis Streams", "postgres_json", "redis")
     best = max(rates["sqlite_json"], rates["sqlite_ndjson"])
+    if "postgres_json" in rates:
+        result.target(">= 0.9x SQLite (PostgreSQL JSON / SQLite JSON)", rates["postgres_json"] / rates["sqlite_json"],
+                      0.9, "x", higher_is_better=True)
     result.target(">= 100,000 events/s (SQLite, best of JSON and NDJSON, 1 producer)", best, 100_000,
                   "events/s", higher_is_better=True)
     if "redis" in rates:
-        result.target(">= 1.0x Redis Streams (same)", best / rates["redis"], 1.0, "x", higher_is_better=True)
+        result.target(">= 1.5x Redis Streams (same)", best / rates["redis"], 1.5, "x", higher_is_better=True)
+    if "nats" in rates:
+        result.target(">= 1.0x NATS JetStream (same)", best / rates["nats"], 1.0, "x", higher_is_better=True)
 
 
 def run(ctx: Context) -> Result:
     result = Result("a", TITLE)
-    http.run(_measure(ctx, result, "redis://127.0.0.1:6379/0"))
+    http.run(_measure(ctx, result, "redis://127.0.0.1:6379/0", "nats://127.0.0.1:4222"))
     return result

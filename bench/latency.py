@@ -38,6 +38,10 @@ async def _measure_one(
     snapshot.arm(subscribers)
     streams = await http.open_subscribers(server.url, [f"/v1/runs/{run_id}/stream"] * subscribers, watch)
     await snapshot.wait(60)
+    # Opening a thousand streams on a loaded machine can outlast the server's keep-alive
+    # time-out: the control connection would be closed under the first request.
+    conn.close()
+    conn = await http.connect(server.url)
     latencies: list[float] = []
     answers: list[float] = []
     try:
@@ -85,7 +89,9 @@ async def _measure(ctx: Context, result: Result) -> None:
             result.add(f"p99_{subscribers}", f"{subscribers:,} subscriber(s): p99", p99, "ms")
             series[subscribers] = {"p50": p50, "p99": p99}
             if subscribers == 100:
-                result.target("p99 <= 10 ms at 100 subscribers", p99, 10.0, "ms", higher_is_better=False)
+                result.target("p99 <= 5 ms at 100 subscribers", p99, 5.0, "ms", higher_is_better=False)
+            if subscribers == 1000:
+                result.target("p99 <= 30 ms at 1,000 subscribers", p99, 30.0, "ms", higher_is_better=False)
     result.series["latency"] = series
 
 

@@ -129,6 +129,6 @@ class _null:
 
 
 def run(ctx: Context) -> Result:
-    result = Result("h", TITLE)
+    result = Result("i", TITLE)
     http.run(_measure(ctx, result))
     return result

@@ -2,7 +2,7 @@
 costs once its client has gone.
 
 Races are repeated hundreds of times; every wait has an explicit signal (the
-``lastword_result_waiters`` gauge says when a poll is parked) and a bound.
+``lastword_result_polls_waiting`` gauge says when a poll is parked) and a bound.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ POLL_WAIT = 5
 def waiters(api: httpx.Client) -> float:
     for family in text_string_to_metric_families(api.get("/metrics").text):
         for sample in family.samples:
-            if sample.name == "lastword_result_waiters":
+            if sample.name == "lastword_result_polls_waiting":
                 return sample.value
-    raise AssertionError("no lastword_result_waiters gauge")
+    raise AssertionError("no lastword_result_polls_waiting gauge")
 
 
 def until_waiters(api: httpx.Client, count: int, within: float = 30.0) -> None:

@@ -36,6 +36,7 @@ from tenacity import (
 
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
+from lastword.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher
 from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
 
 __all__ = [
@@ -454,6 +455,16 @@ class LastwordClient:
         """Append bare chunk text."""
         return self._send(self._core.push_text(run_id, text, event_id))
 
+    def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> Pusher:
+        """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
+        after ``linger`` seconds (or at ``max_events``), ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.pusher`). Use it as ``with``."""
+
+        def send(events: list[dict[str, Any]]) -> AppendResult:
+            return self._send(self._core.push_events(run_id, events))
+
+        return Pusher(send, linger=linger, max_events=max_events)
+
     def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
         idempotency_key: str | None = None, content_type: str | None = None,
@@ -601,6 +612,16 @@ class AsyncLastwordClient:
     async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
         """Append bare chunk text."""
         return await self._send(self._core.push_text(run_id, text, event_id))
+
+    def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> AsyncPusher:
+        """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
+        after ``linger`` seconds (or at ``max_events``), ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.pusher`). Use it inside the event loop, as ``async with``."""
+
+        async def send(events: list[dict[str, Any]]) -> AppendResult:
+            return await self._send(self._core.push_events(run_id, events))
+
+        return AsyncPusher(send, linger=linger, max_events=max_events)
 
     async def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,

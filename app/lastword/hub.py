@@ -168,9 +168,8 @@ class Hub:
 
     @property
     def result_waiters(self) -> int:
-        """How many readers are parked until a turn ends: counted once they have read their
-        turn and found it running (RunService.result), not while they still read it."""
-        return self.parked_waiters
+        """How many readers are parked until a turn ends."""
+        return sum(len(waiters) for waiters in self._turn_ends.values())
 
     def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
         """An event set when any turn of the run ends; call :meth:`release` when done.

@@ -221,6 +221,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         metrics.count_runs(await request.app.state.service.count_runs())
         metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
         metrics.result_waiters.set(request.app.state.service.result_waiters)
+        metrics.result_polls_waiting.set(request.app.state.service.result_polls_waiting)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

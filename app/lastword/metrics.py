@@ -52,7 +52,12 @@ class Metrics:
             "lastword_sse_subscribers", "Open SSE subscriptions.", registry=self.registry
         )
         self.result_waiters = Gauge(
-            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends (counted when scraped).",
+            "lastword_result_waiters", "Long polls (?wait=, MCP waits) parked until a turn ends.",
+            registry=self.registry,
+        )
+        self.result_polls_waiting = Gauge(
+            "lastword_result_polls_waiting",
+            "Result long polls that have read their turn, found it running and wait for its end.",
             registry=self.registry,
         )
 

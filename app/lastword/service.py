@@ -154,6 +154,11 @@ class RunService:
         return self._hub.subscribe_feed(parent_run_id)
 
     @property
+    def result_polls_waiting(self) -> int:
+        """Result polls past their first read, waiting for the turn to end."""
+        return self._hub.parked_waiters
+
+    @property
     def result_waiters(self) -> int:
         """How many long polls are parked until a turn ends."""
         return self._hub.result_waiters

@@ -34,6 +34,9 @@ class FoldSlot:
             self.fold = None  # it may hold events the log never got
         self.lock.release()
 
+    def discard(self) -> None:
+        self.fold = None
+
 
 class FoldCache:
     """Slots by ``(run_id, turn)``; the least recently used go first past ``size``."""

@@ -6,8 +6,10 @@ Durability modes (``LASTWORD_DURABILITY``):
   it survives ``kill -9`` of the service, but not a power cut.
 * ``full`` — WAL with ``synchronous=FULL``: every commit is fsynced; it survives a power cut.
 
-All writes go through one thread, so transactions never wait on each other's locks; reads use
-a small pool of threads, each with its own connection (WAL readers do not block the writer).
+All writes go through one thread that commits whatever is pending in one transaction (group
+commit, :mod:`lastword.store.group`), so transactions never wait on each other's locks and a
+burst of small requests shares one commit; reads use a small pool of threads, each with its own
+connection (WAL readers do not block the writer).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
 from lastword.store import forks
+from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
 from lastword.store.tx import Tx, run_in
@@ -152,7 +155,7 @@ class SqliteStore(SqlStore):
         super().__init__(**kwargs)
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
-        self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._writer = GroupWriter(self._connection)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -191,7 +194,7 @@ class SqliteStore(SqlStore):
             raise Unavailable(f"the SQLite store failed: {error}") from error
 
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await run_in(self._writer_pool, self._transact, "BEGIN IMMEDIATE", lambda tx: fn(tx, *args, **kwargs))
+        return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs))
 
     async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_in(self._reader_pool, self._transact, "BEGIN", lambda tx: fn(tx, *args, **kwargs))
@@ -199,15 +202,12 @@ class SqliteStore(SqlStore):
     async def open(self) -> None:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        await run_in(self._writer_pool, self._create_schema)
-
-    def _create_schema(self) -> None:
-        # BEGIN IMMEDIATE takes the write lock first, so processes starting together on one
-        # file create or upgrade the schema one after the other (the busy timeout waits).
-        self._transact("BEGIN IMMEDIATE", lambda tx: upgrade_schema(tx, MIGRATIONS))
+        # The writer's BEGIN IMMEDIATE takes the write lock first, so processes starting together
+        # on one file create or upgrade the schema one after the other (the busy timeout waits).
+        await self._writer.submit(lambda tx: upgrade_schema(tx, MIGRATIONS))
 
     async def close(self) -> None:
-        self._writer_pool.shutdown(wait=True)
+        self._writer.close()
         self._reader_pool.shutdown(wait=True)
         with self._connections_lock:
             for connection in self._connections:

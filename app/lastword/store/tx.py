@@ -26,14 +26,36 @@ class Holdable(Protocol):
 
     def release(self, committed: bool) -> None: ...
 
+    def discard(self) -> None:
+        """Forget what it holds: a write that used it was rolled back (lock still held)."""
+
+
+class Holds:
+    """What one transaction holds, shared by the writes a group commit runs in it."""
+
+    def __init__(self) -> None:
+        self._held: list[Holdable] = []
+
+    def hold(self, thing: Holdable) -> None:
+        # An earlier write of the same transaction may hold it already (the lock is not reentrant).
+        if not any(held is thing for held in self._held):
+            thing.acquire()
+            self._held.append(thing)
+
+    def release(self, committed: bool) -> None:
+        for thing in self._held:
+            thing.release(committed)
+        self._held.clear()
+
 
 class Tx:
-    """One transaction; what it holds is released after it commits or rolls back."""
+    """One transaction (or one write of a group commit); what it holds is released after commit or rollback."""
 
-    def __init__(self, cursor: Any, convert: Callable[[str], str]) -> None:
+    def __init__(self, cursor: Any, convert: Callable[[str], str], holds: Holds | None = None) -> None:
         self.cursor = cursor
         self._convert = convert
-        self._held: list[Holdable] = []
+        self._holds = Holds() if holds is None else holds
+        self._used: list[Holdable] = []
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self.cursor.execute(self._convert(sql), params)
@@ -55,13 +77,16 @@ class Tx:
         self.cursor.executemany(self._convert(sql), rows)
 
     def hold(self, thing: Holdable) -> None:
-        thing.acquire()
-        self._held.append(thing)
+        self._holds.hold(thing)
+        self._used.append(thing)
+
+    def spoil(self) -> None:
+        """This write was rolled back (to its savepoint): drop what it may have changed in memory."""
+        for thing in self._used:
+            thing.discard()
 
     def finish(self, committed: bool) -> None:
-        for thing in self._held:
-            thing.release(committed)
-        self._held.clear()
+        self._holds.release(committed)
 
 
 async def run_in(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

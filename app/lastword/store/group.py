@@ -1,0 +1,170 @@
+"""Group commit: one writer thread commits every write that is pending, in one transaction.
+
+Requests that arrive while a commit is under way queue up; the writer then takes all of them
+(up to ``MAX_BATCH``), runs each in a savepoint of one transaction, commits once, and only then
+answers each, in the order they ran. So sixteen connections each sending one event cost one
+``BEGIN``/``COMMIT`` and one wake-up of the event loop per batch, not sixteen, while every
+request is still answered only after its own events are durable.
+
+A write that fails (a 409, a bad request) is rolled back to its savepoint and answered with its
+error; the others in the batch commit. A failed ``COMMIT`` answers every write of the batch
+with :class:`~lastword.errors.Unavailable`: nothing of it was acknowledged.
+
+Folds (:mod:`lastword.store.folds`) are locked by the first write of a batch that uses them and
+released after the batch commits (or dropped if it did not); a later write of the same batch
+on the same turn finds the lock already held by its batch (:class:`~lastword.store.tx.Holds`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from lastword.errors import LastwordError, Unavailable
+from lastword.store.tx import Holds, Tx
+
+T = TypeVar("T")
+
+#: Most writes one transaction takes; past it the rest wait for the next commit.
+MAX_BATCH = 512
+
+#: Test-only: a directory; while ``hold`` exists in it, the writer stops after writing a batch
+#: and before its ``COMMIT``, and says so by creating ``paused`` (tests/test_group_commit.py).
+HOLD_COMMIT_ENV = "LASTWORD_TEST_HOLD_COMMIT_DIR"
+
+
+@dataclass
+class Job:
+    work: Callable[[Tx], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    outcome: Any = None
+    error: BaseException | None = None
+
+
+def _settle(jobs: list[Job]) -> None:
+    """Answer each write, in the order they ran (on the event loop)."""
+    for job in jobs:
+        if job.future.cancelled():
+            continue
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.outcome)
+
+
+class GroupWriter:
+    """The one writer thread of a SQLite store."""
+
+    def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer") -> None:
+        self._connection = connection
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        hold_dir = os.environ.get(HOLD_COMMIT_ENV)
+        self._hold_dir = Path(hold_dir) if hold_dir else None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    async def submit(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work(tx)`` in the next batch; its result once that batch has committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put(Job(work, loop, future))
+        return cast(T, await future)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            self._commit(batch)
+            by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+            for job in batch:
+                by_loop.setdefault(job.loop, []).append(job)
+            for loop, jobs in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, jobs)
+                except RuntimeError:  # the loop closed while its write ran; nobody waits
+                    pass
+            if stop:
+                return
+
+    def _commit(self, batch: list[Job]) -> None:
+        holds = Holds()
+        committed = False
+        try:
+            connection = self._connection()
+            cursor = connection.cursor()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                if len(batch) == 1:
+                    job = batch[0]
+                    try:
+                        job.outcome = job.work(Tx(cursor, str, holds))
+                    except LastwordError as error:
+                        job.error = error
+                else:
+                    for number, job in enumerate(batch):
+                        self._run_in_savepoint(job, number, cursor, connection, holds)
+                if any(job.error is None for job in batch):
+                    self._maybe_hold()
+                    connection.execute("COMMIT")
+                    committed = True
+            finally:
+                if not committed and connection.in_transaction:
+                    connection.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            self._fail(batch, Unavailable(f"the SQLite store failed: {error}"))
+        except Exception as error:  # a bug: answer it rather than leave requests hanging
+            self._fail(batch, error)
+        finally:
+            holds.release(committed)
+
+    @staticmethod
+    def _fail(batch: list[Job], error: BaseException) -> None:
+        """Nothing of ``batch`` committed: the writes that had no error of their own get ``error``."""
+        for job in batch:
+            if job.error is None:
+                job.error, job.outcome = error, None
+
+    @staticmethod
+    def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
+        tx = Tx(cursor, str, holds)
+        connection.execute(f"SAVEPOINT w{number}")
+        try:
+            job.outcome = job.work(tx)
+        except Exception as error:
+            connection.execute(f"ROLLBACK TO w{number}")
+            tx.spoil()  # a fold it used may hold what was just rolled back
+            job.error = Unavailable(f"the SQLite store failed: {error}") if isinstance(error, sqlite3.Error) else error
+        connection.execute(f"RELEASE w{number}")
+
+    def _maybe_hold(self) -> None:
+        if self._hold_dir is None or not (self._hold_dir / "hold").exists():
+            return
+        (self._hold_dir / "paused").touch()
+        while (self._hold_dir / "hold").exists():
+            time.sleep(0.005)
+
