@@ -228,3 +228,16 @@ def test_headline_never_ends_with_a_bare_error_label(stop_reason: str, error: An
     headline = only_text(tool_result(stop_reason, [], error)).split("\n")[0]
     assert not headline.rstrip().endswith("Error:")
     assert "None" not in headline and "True" not in headline and "False" not in headline
+
+
+@pytest.mark.parametrize("error", [{"message": {}}, {"message": []}, {}, [], {"message": ""}, {"message": " \n "}])
+def test_empty_errors_add_no_error_text(error: Any) -> None:
+    """An empty object, list or string as the error (or its message) adds nothing to the headline."""
+    headline = only_text(tool_result("error", [], error)).split("\n")[0]
+    assert "Error:" not in headline
+
+
+def test_non_ascii_in_a_json_error_is_shown_as_written() -> None:
+    """A non-string error's text keeps its non-ASCII characters, not \\u escapes."""
+    headline = only_text(tool_result("error", [], {"message": {"détail": "délai dépassé"}})).split("\n")[0]
+    assert headline.endswith(' Error: {"détail":"délai dépassé"}')

@@ -35,8 +35,8 @@ def error_message(error: Any) -> str | None:
     """
     if isinstance(error, dict):
         error = error.get("message")
-    if error is None or error == "" or error == {} or error == []:
-        return None
+    if error is None or error == {} or error == []:
+        return None  # an empty string, or one of white space only, comes out as None below
     text = error if isinstance(error, str) else json.dumps(error, ensure_ascii=False, separators=(",", ":"))
     return " ".join(text.split()) or None
 
