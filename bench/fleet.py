@@ -63,16 +63,6 @@ class ChunkSubscriber(asyncio.Protocol):
             self.transport.close()
 
 
-def _cpu_seconds(pid: int) -> float:
-    import psutil
-
-    process = psutil.Process(pid)
-    total = sum(process.cpu_times()[:2])
-    for child in process.children(recursive=True):
-        total += sum(child.cpu_times()[:2])
-    return float(total)
-
-
 async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str, float]:
     host, _, port = server.url.removeprefix("http://").partition(":")
     loop = asyncio.get_running_loop()
@@ -105,7 +95,7 @@ async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str,
         pushers = [client.pusher(run_id, linger=LINGER) for run_id in runs]
         tick = 1.0 / RATE
         count = int(seconds * RATE)
-        rss_before, cpu_before = server.rss(), _cpu_seconds(server.pid)
+        rss_before, cpu_before = server.rss(), server.cpu_seconds()
         started = time.perf_counter()
         for k in range(count):
             now = time.perf_counter()
@@ -120,7 +110,7 @@ async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str,
         await asyncio.gather(*(pusher.flush() for pusher in pushers))
         await asyncio.sleep(0.5)  # the last deltas reach their subscribers
         elapsed = time.perf_counter() - started
-        cpu = (_cpu_seconds(server.pid) - cpu_before) / elapsed
+        cpu = (server.cpu_seconds() - cpu_before) / elapsed
         rss_after = server.rss()
         await asyncio.gather(*(pusher.close() for pusher in pushers))
         for first in range(0, children, 50):

@@ -29,7 +29,7 @@ TITLE = "Latency from POST /end to subscribers receiving subagent/end"
 
 async def _measure_one(
     server: Server, subscribers: int, iterations: int, profile: contextlib.AbstractContextManager[None] | None = None,
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], float]:
     conn = await http.connect(server.url)
     run_id = f"bench-d-{secrets.token_hex(6)}"
     await conn.post_json("/v1/runs", {"runId": run_id, "mode": "continuable", "leaseSeconds": 0}, expect=201)
@@ -46,12 +46,14 @@ async def _measure_one(
     answers: list[float] = []
     try:
         with profile or contextlib.nullcontext():  # the iterations only, not the connections' opening
+            cpu_before = server.cpu_seconds()
             await _iterate(conn, run_id, subscribers, iterations, start, end, latencies, answers)
+            cpu = (server.cpu_seconds() - cpu_before) / iterations
     finally:
         for stream in streams:
             stream.close()
         conn.close()
-    return latencies, answers
+    return latencies, answers, cpu
 
 
 async def _iterate(
@@ -81,17 +83,24 @@ async def _measure(ctx: Context, result: Result) -> None:
         await _measure_one(server, 10, 2)  # warm-up
         for subscribers, iterations in plan:
             profile = ctx.profiler.attach(server, f"d-{subscribers}")
-            latencies, answers = await _measure_one(server, subscribers, iterations, profile)
+            latencies, answers, cpu = await _measure_one(server, subscribers, iterations, profile)
             p50, p99 = http.percentile(latencies, 0.5) * 1000, http.percentile(latencies, 0.99) * 1000
             answer = http.percentile(answers, 0.5) * 1000
             result.add(f"p50_{subscribers}", f"{subscribers:,} subscriber(s): p50", p50, "ms",
                        f"{len(latencies):,} samples; POST /end answered in {answer:.1f} ms (p50)")
             result.add(f"p99_{subscribers}", f"{subscribers:,} subscriber(s): p99", p99, "ms")
-            series[subscribers] = {"p50": p50, "p99": p99}
+            result.add(f"cpu_{subscribers}", f"{subscribers:,} subscriber(s): server CPU per turn", cpu * 1000, "ms",
+                       "start, 40 events, end: what the fan-out costs the server, whatever the load")
+            series[subscribers] = {"p50": p50, "p99": p99, "cpu": cpu}
             if subscribers == 100:
                 result.target("p99 <= 5 ms at 100 subscribers", p99, 5.0, "ms", higher_is_better=False)
             if subscribers == 1000:
                 result.target("p99 <= 30 ms at 1,000 subscribers", p99, 30.0, "ms", higher_is_better=False)
+    if 1 in series and len(series) > 1:
+        most = max(series)
+        per = (series[most]["cpu"] - series[1]["cpu"]) / (most - 1) / 2  # a start and an end per turn
+        result.add("cpu_per_delivery", "server CPU per event delivered to a subscriber", per * 1e6, "µs",
+                   f"(CPU per turn at {most:,} − at 1) ÷ {most - 1:,} subscribers ÷ 2 events")
     result.series["latency"] = series
 
 

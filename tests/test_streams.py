@@ -7,6 +7,7 @@ with a deadline (``tests.sse``), so a stream that stops sending fails instead of
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import httpx
@@ -429,3 +430,47 @@ async def test_firehose_resumes_with_nothing_lost_or_repeated(client: httpx.Asyn
     assert as_logged(first + second) == as_logged(everything)
     assert strictly_increasing(ids(first + second))
     assert [payload(event)["runId"] for event in second] == later_runs + first_runs + later_runs
+
+
+async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(make_settings: Any) -> None:
+    """After LASTWORD_SSE_SEND_TIMEOUT_SECONDS with a send stuck, the server closes the stream,
+    unfinished (no last chunk), and frees the subscription; the client resumes from its last id."""
+    with threaded_server(make_settings(sse_send_timeout_seconds=0.5)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT_SECONDS) as client:
+            run_id = await create_run_async(client)
+            host, port = url.removeprefix("http://").split(":")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills fast
+            sock.connect((host, int(port)))
+            sock.sendall(f"GET /v1/runs/{run_id}/stream?include=chunks HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            while await open_subscriptions(client) != 1:
+                await asyncio.sleep(0.01)
+            # Not reading: far more bytes (16 MB) than the connection holds, so a send gets stuck.
+            filler = "x" * 40_000
+            for batch in range(40):
+                await post_events(client, run_id, *[chunk(f"[{batch}.{index}]{filler}") for index in range(10)])
+            await end(client, run_id, "cancelled")
+            deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+            while await open_subscriptions(client) != 0:
+                assert asyncio.get_running_loop().time() < deadline, "the stuck stream was never cut off"
+                await asyncio.sleep(0.05)
+            received = await asyncio.to_thread(_read_to_eof, sock)
+            assert not received.endswith(b"0\r\n\r\n"), "a cut stream must not look complete"
+            sent_ids = [int(line[4:]) for line in received.split(b"\r\n") if line.startswith(b"id: ")]
+            # The last id may belong to a message that was cut in half; resume from the one before.
+            resume_at = sent_ids[-2]
+            async with open_stream(client, f"/v1/runs/{run_id}/stream?include=chunks",
+                                   last_event_id=str(resume_at)) as stream:
+                rest = await stream.until_closed()
+            wanted = log_entries(await log(client, run_id), LIFECYCLE | {"assistant/chunk"}, resume_at)
+    assert as_logged(rest) == wanted
+    assert wanted[-1][1] == "subagent/end"
+
+
+def _read_to_eof(sock: socket.socket) -> bytes:
+    sock.settimeout(WAIT_SECONDS)
+    received = bytearray()
+    with sock:
+        while piece := sock.recv(1 << 16):
+            received += piece
+    return bytes(received)

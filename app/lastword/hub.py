@@ -20,18 +20,18 @@ from lastword.lifecycle import RUN_CLOSED, SUBAGENT_END
 from lastword.records import StoredEvent
 
 
-#: What :meth:`Subscription.next` gives when nothing came in time: time for a keep-alive.
-IDLE = StoredEvent(run_id="", seq=0, turn=0, type="idle", body={}, received_at=0.0)
-
-
 class Subscription:
-    """One subscriber's bounded buffer of live events.
+    """One subscriber's bounded buffer of live events, and its pace: keep-alives and lifetime.
 
-    A deque and one future, not an ``asyncio.Queue``: an idle subscriber is mostly this object,
-    and thousands of them sit open at once.
+    A deque, one future and one timer, not an ``asyncio.Queue`` and a time-out per wait: an idle
+    subscriber is mostly this object, thousands of them sit open at once, and each event wakes
+    every one of them. The timer fires once per keep-alive interval, not once per event: it
+    looks whether the subscriber has been quiet that long, and re-arms itself from the last
+    time it was not.
     """
 
-    __slots__ = ("_items", "_buffer", "_waiter", "types", "parent_run_id", "behind", "ended_by")
+    __slots__ = ("_items", "_buffer", "_waiter", "types", "parent_run_id", "behind", "ended_by",
+                 "_loop", "_timer", "_keepalive", "_deadline", "_active_at", "_ping_due", "expired")
 
     def __init__(self, buffer: int, types: frozenset[str] | None, parent_run_id: str | None = None) -> None:
         self._items: deque[StoredEvent] = deque()
@@ -42,6 +42,38 @@ class Subscription:
         self.behind = False
         #: Why the service asks this subscriber to go away (``"shutdown"``), or None.
         self.ended_by: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._keepalive = 0.0
+        self._deadline = 0.0
+        self._active_at = 0.0
+        self._ping_due = False
+        #: Set once the subscriber's lifetime is over.
+        self.expired = False
+
+    def pace(self, keepalive: float, lifetime: float) -> None:
+        """Wake for a keep-alive after every ``keepalive`` seconds without an event, and for good
+        ``lifetime`` seconds from now (:attr:`expired`)."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._keepalive = keepalive
+        self._active_at = now = loop.time()
+        self._deadline = now + lifetime
+        self._timer = loop.call_at(min(now + keepalive, self._deadline), self._tick)
+
+    def _tick(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        if now >= self._deadline:
+            self._timer = None
+            self.expired = True
+            self._wake()
+            return
+        quiet_until = self._active_at + self._keepalive
+        if now >= quiet_until:
+            self._ping_due = True
+            self._wake()
+            quiet_until = now + self._keepalive
+        self._timer = self._loop.call_at(min(quiet_until, self._deadline), self._tick)
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -62,21 +94,29 @@ class Subscription:
         self._items.append(event)
         self._wake()
 
-    async def next(self, timeout: float | None = None) -> StoredEvent | None:
-        """The next live event; :data:`IDLE` when none came within ``timeout``; ``None`` when
-        the subscriber fell behind (back to the log) or was ended."""
-        if not self._items and self.ended_by is None and not self.behind:
+    async def take(self) -> list[StoredEvent] | None:
+        """Every live event that came since the last take, waiting for one if none did; an
+        empty list when it is time for a keep-alive; ``None`` when the subscriber fell behind
+        (back to the log), was ended, or its lifetime is over."""
+        if not (self._items or self._ping_due or self.behind or self.expired or self.ended_by):
             self._waiter = asyncio.get_running_loop().create_future()
             try:
-                async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                    await self._waiter
-            except TimeoutError:
-                return IDLE
+                await self._waiter
             finally:
                 self._waiter = None
-        if self.ended_by is not None or not self._items:
-            return None  # ended, or behind with nothing left to send: back to the log
-        return self._items.popleft()
+        if self.ended_by is not None or self.expired:
+            return None
+        if self._items:
+            taken = list(self._items)
+            self._items.clear()
+        elif self.behind:
+            return None  # behind, with nothing left to send: back to the log
+        else:
+            taken = []  # the keep-alive is due
+        self._ping_due = False
+        if self._loop is not None:
+            self._active_at = self._loop.time()
+        return taken
 
     def resync(self) -> None:
         """Send the subscriber back to the log: live events may have been lost."""
@@ -91,6 +131,12 @@ class Subscription:
         """Ask the subscriber to tell its client to reconnect, and to stop."""
         self.ended_by = reason
         self._wake()
+
+    def close(self) -> None:
+        """The subscriber is gone: stop its timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class Hub:
@@ -127,6 +173,7 @@ class Hub:
         return subscription
 
     def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:
+        subscription.close()
         if run_id is None:
             self._feeds.discard(subscription)
             return

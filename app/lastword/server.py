@@ -4,8 +4,7 @@ Shutdown (SIGTERM, or ``should_exit``): the listening sockets close first, so no
 comes in; then every SSE subscriber gets a last ``server/reconnect`` message and its stream
 ends, and every long poll answers with the result as it stands; then uvicorn waits (up to
 ``LASTWORD_SHUTDOWN_GRACE_SECONDS``) for in-flight requests — ingests included — to finish,
-and the lifespan closes the store. sse-starlette's own shutdown handling is turned off: it
-would end the streams without the reconnect message, racing ours.
+and the lifespan closes the store.
 
 uvicorn has no limit on how long a client may take to send its request headers, so a client
 trickling them a byte at a time would hold a connection (and its memory) forever. The protocol
@@ -30,7 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lastword.errors import (
@@ -160,10 +158,6 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
 
 class LastwordServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
-
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting before clients are told to reconnect

@@ -17,22 +17,20 @@ started never runs its ``finally``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.types import Receive, Scope, Send
 
 from lastword.limits import MAX_INT64
 from lastword.strict_ints import DecimalDigits, parse_decimal
 from lastword.errors import InvalidLastEventId
-from lastword.hub import IDLE, Subscription
+from lastword.hub import Subscription
 from lastword.lifecycle import LIFECYCLE_TYPES, closes_run_stream
 from lastword.schemas import Problem
 from lastword.service import RunService
+from lastword.sse import EventStream, encode
 from lastword.records import RunRecord, StoredEvent
 from lastword.views import result_view, run_view
 
@@ -71,26 +69,26 @@ def _message(event: StoredEvent, message_id: int) -> bytes:
         event.encoded = {}
     encoded = event.encoded.get(message_id)
     if encoded is None:
-        data = orjson.dumps(event.body).decode()
-        encoded = event.encoded[message_id] = ServerSentEvent(data=data, event=event.type, id=str(message_id)).encode()
+        encoded = event.encoded[message_id] = encode(orjson.dumps(event.body).decode(), event=event.type, id=message_id)
     return encoded
 
 
-def _reconnect(reason: str, last: int) -> ServerSentEvent:
+def _reconnect(reason: str, last: int) -> bytes:
     """The last message of a stream the service ends: the client should reconnect.
 
     It has no id, so a client's Last-Event-ID stays the last real event's; ``retry`` tells an
     EventSource how long to wait before it reconnects.
     """
     data = orjson.dumps({"reason": reason, "lastEventId": last}).decode()
-    return ServerSentEvent(data=data, event="server/reconnect", retry=1000)
+    return encode(data, event="server/reconnect", retry_ms=1000)
 
 
-def _ended(subscription: Subscription, deadline: float) -> str | None:
-    """Why the service ends this stream now: shutdown, or the connection's lifetime is over."""
+def _ended(subscription: Subscription) -> str | None:
+    """Why the service ends this stream now: shutdown, the client left, or the connection's
+    lifetime is over."""
     if subscription.ended_by is not None:
         return subscription.ended_by
-    return "lifetime" if time.monotonic() >= deadline else None
+    return "lifetime" if subscription.expired else None
 
 
 def _closes(event: StoredEvent, run: RunRecord) -> bool:
@@ -108,21 +106,6 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
 KEEPALIVE = b": ping\r\n"
 
 
-async def _live(
-    subscription: Subscription, deadline: float, keepalive: float
-) -> AsyncIterator[StoredEvent | bytes]:
-    """Live events as they come, keep-alives while none do; ends when the subscriber fell
-    behind (its caller goes back to the log), was ended, or its lifetime is over."""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        event = await subscription.next(min(keepalive, left))
-        if event is None:
-            return
-        yield KEEPALIVE if event is IDLE else event
-
-
 def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
     """The callable that ends the subscription (call it exactly once)."""
 
@@ -132,43 +115,30 @@ def _releaser(service: RunService, run_id: str | None, subscription: Subscriptio
     return release
 
 
-class _SubscribedResponse(EventSourceResponse):
-    """An SSE response that releases its hub subscription however the response ends."""
-
-    def __init__(self, messages: AsyncIterator[ServerSentEvent | bytes], release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(messages, **kwargs)
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
-
-
 def _response(
-    request: Request, messages: AsyncIterator[ServerSentEvent | bytes], release: Callable[[], None]
-) -> EventSourceResponse:
+    request: Request, subscription: Subscription, messages: AsyncGenerator[bytes, None], release: Callable[[], None]
+) -> EventStream:
     settings = request.app.state.settings
-    return _SubscribedResponse(
+    subscription.pace(settings.keepalive_seconds, settings.sse_max_lifetime_seconds)
+    return EventStream(
         messages,
-        release,
-        ping=0,  # the streams send their own keep-alives (KEEPALIVE)
         # A client that stops reading is cut off once a send has waited this long; it
         # resumes with Last-Event-ID. Its hub buffer is bounded meanwhile.
         send_timeout=settings.sse_send_timeout_seconds,
+        on_disconnect=lambda: subscription.end("disconnect"),
+        release=release,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-@router.get("/runs/{runId}/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
+@router.get("/runs/{runId}/stream", responses=SSE_RESPONSES, response_class=EventStream)
 async def run_stream(
     request: Request,
     runId: str,
     include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
     service: RunService = request.app.state.service
     types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
@@ -178,10 +148,10 @@ async def run_stream(
     try:
         if resume is None:
             run, turn = await service.snapshot(runId)
-            snapshot = ServerSentEvent(
-                data=orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
+            snapshot: bytes | None = encode(
+                orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
                 event="run/snapshot",
-                id=str(run.last_seq),
+                id=run.last_seq,
             )
         else:
             run = await service.get_run(runId)
@@ -191,22 +161,18 @@ async def run_stream(
         release()
         raise
     start = run.last_seq if resume is None else resume
-    deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
-    keepalive = request.app.state.settings.keepalive_seconds
-    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types), deadline, keepalive)
-    return _response(request, messages, release)
+    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types))
+    return _response(request, subscription, messages, release)
 
 
 async def _run_messages(
     service: RunService,
     subscription: Subscription,
     run: RunRecord,
-    snapshot: ServerSentEvent | None,
+    snapshot: bytes | None,
     last: int,
     types: frozenset[str],
-    deadline: float,
-    keepalive: float,
-) -> AsyncIterator[ServerSentEvent | bytes]:
+) -> AsyncGenerator[bytes, None]:
     if snapshot is not None:
         yield snapshot
         if run.status == "ended":
@@ -215,7 +181,7 @@ async def _run_messages(
         # Cleared before the log is read: an overflow from now on sends us back here.
         subscription.caught_up()
         # From the log: everything after the last id sent, page by page.
-        while True:
+        while subscription.ended_by is None:
             events = await service.events_after(run.run_id, last, service.page_size, types)
             for event in events:
                 yield _message(event, event.seq)
@@ -227,30 +193,37 @@ async def _run_messages(
         run = await service.get_run(run.run_id)
         if run.status == "ended" and last >= run.last_seq:
             return
-        # Live, until the buffer overflows and the log takes over again.
-        async for item in _live(subscription, deadline, keepalive):
-            if isinstance(item, bytes):
-                yield item
+        # Live, until the buffer overflows and the log takes over again. What one wake-up
+        # finds goes out in one write.
+        while (taken := await subscription.take()) is not None:
+            if not taken:
+                yield KEEPALIVE
                 continue
-            event = item
-            if event.seq <= last:
-                continue
-            yield _message(event, event.seq)
-            last = event.seq
-            if _closes(event, run):
+            parts = []
+            closes = False
+            for event in taken:
+                if event.seq <= last:
+                    continue
+                parts.append(_message(event, event.seq))
+                last = event.seq
+                if closes := _closes(event, run):
+                    break
+            if parts:
+                yield b"".join(parts)
+            if closes:
                 return
-        if ended := _ended(subscription, deadline):
+        if ended := _ended(subscription):
             yield _reconnect(ended, last)
             return
 
 
-@router.get("/stream", responses=SSE_RESPONSES, response_class=EventSourceResponse)
+@router.get("/stream", responses=SSE_RESPONSES, response_class=EventStream)
 async def firehose(
     request: Request,
     parentRunId: str | None = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
     service: RunService = request.app.state.service
     resume = _resume_point(last_event_id, after)
@@ -267,10 +240,8 @@ async def firehose(
     except BaseException:
         release()
         raise
-    deadline = time.monotonic() + request.app.state.settings.sse_max_lifetime_seconds
-    keepalive = request.app.state.settings.keepalive_seconds
-    messages = _feed_messages(service, subscription, parentRunId, start, deadline, keepalive)
-    return _response(request, messages, release)
+    messages = _feed_messages(service, subscription, parentRunId, start)
+    return _response(request, subscription, messages, release)
 
 
 async def _feed_messages(
@@ -278,12 +249,10 @@ async def _feed_messages(
     subscription: Subscription,
     parent_run_id: str | None,
     last: int,
-    deadline: float,
-    keepalive: float,
-) -> AsyncIterator[ServerSentEvent | bytes]:
+) -> AsyncGenerator[bytes, None]:
     while True:
         subscription.caught_up()
-        while True:
+        while subscription.ended_by is None:
             events = await service.feed_after(last, parent_run_id, service.page_size)
             for event in events:
                 assert event.feed_id is not None
@@ -291,16 +260,19 @@ async def _feed_messages(
                 last = event.feed_id
             if len(events) < service.page_size:
                 break
-        async for item in _live(subscription, deadline, keepalive):
-            if isinstance(item, bytes):
-                yield item
+        while (taken := await subscription.take()) is not None:
+            if not taken:
+                yield KEEPALIVE
                 continue
-            event = item
-            assert event.feed_id is not None
-            if event.feed_id <= last:
-                continue
-            yield _message(event, event.feed_id)
-            last = event.feed_id
-        if ended := _ended(subscription, deadline):
+            parts = []
+            for event in taken:
+                assert event.feed_id is not None
+                if event.feed_id <= last:
+                    continue
+                parts.append(_message(event, event.feed_id))
+                last = event.feed_id
+            if parts:
+                yield b"".join(parts)
+        if ended := _ended(subscription):
             yield _reconnect(ended, last)
             return

@@ -1,0 +1,146 @@
+"""Server-sent events on the wire: how a message is encoded, and the response that streams them.
+
+One event can go to a thousand subscribers within milliseconds, so the per-message cost of a
+stream is what fan-out costs. The response here does per message only what the wire needs:
+one ``send`` of bytes already encoded (the event once for every subscriber, several events of
+one wake-up joined into one write). What a generic SSE response does per message instead is
+done per connection:
+
+* **A client that stops reading.** A send only blocks when the connection's write buffer is
+  full. Rather than a cancel scope around every send, the response notes when a send began and
+  a timer, re-armed every quarter of ``send_timeout``, looks whether the send under way has
+  waited longer than that; if so it cancels the stream at that send and the connection is
+  closed with the response left unfinished (a client must not take a cut stream for a complete
+  one). So a stuck client is cut off between ``send_timeout`` and 1.25 × ``send_timeout``.
+* **A client that leaves.** The request's own task waits for ``http.disconnect`` and calls
+  ``on_disconnect`` (the stream ends its subscription, which wakes it), while the messages go
+  out from a task of their own. uvicorn makes every later send a no-op once the client has
+  gone, and releases a send that waits for buffer space.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncGenerator, Callable, Mapping
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+MEDIA_TYPE = "text/event-stream"
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def encode(data: str, *, event: str | None = None, id: int | None = None, retry_ms: int | None = None) -> bytes:
+    """One SSE message. ``data`` may hold line breaks (each line becomes a ``data:`` line)."""
+    lines = []
+    if id is not None:
+        lines.append(f"id: {id}")
+    if event is not None:
+        lines.append(f"event: {_LINE_BREAK.sub('', event)}")
+    lines.extend(f"data: {line}" for line in _LINE_BREAK.split(data))
+    if retry_ms is not None:
+        lines.append(f"retry: {retry_ms}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class EventStream(Response):
+    """A ``text/event-stream`` response whose body is the ``messages`` iterator's bytes.
+
+    ``on_disconnect`` is called when the client leaves; ``release`` once, however the response
+    ends (also when the client left before the first message, when ``messages`` never starts).
+    """
+
+    media_type = MEDIA_TYPE
+
+    def __init__(
+        self,
+        messages: AsyncGenerator[bytes, None],
+        *,
+        send_timeout: float,
+        on_disconnect: Callable[[], None],
+        release: Callable[[], None],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        # Not Response.__init__: it would add a Content-Length for the empty body it was given.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items()
+        ]
+        self._messages = messages
+        self._send_timeout = send_timeout
+        self._on_disconnect = on_disconnect
+        self._release = release
+        #: Loop time the send under way began at; 0.0 while none is.
+        self._sending_since = 0.0
+        self._listening = True
+        self.cut_off = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            # The messages go out from a task of their own, whose stack is a few frames deep:
+            # resuming this one, under every middleware, for each event would cost more than
+            # the event's write. This one listens for the client leaving meanwhile.
+            pump = asyncio.ensure_future(self._stream(send))
+            listener = asyncio.current_task()
+            assert listener is not None
+
+            def pumped(_: asyncio.Future[None]) -> None:
+                if self._listening:  # the stream ended unfinished: stop listening
+                    self._listening = False
+                    listener.cancel()
+
+            pump.add_done_callback(pumped)
+            try:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                # The client left, or the stream finished (a finished response reads as gone).
+                if self._listening:
+                    self._listening = False
+                    self._on_disconnect()
+            except asyncio.CancelledError:
+                if self._listening:  # not ours: the request itself is being cancelled
+                    pump.cancel()
+                    raise
+                listener.uncancel()
+            await pump
+        finally:
+            self._release()
+
+    async def _stream(self, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        period = self._send_timeout / 4
+        check: asyncio.TimerHandle | None = None
+
+        def look() -> None:
+            nonlocal check
+            if self._sending_since and loop.time() - self._sending_since >= self._send_timeout:
+                self.cut_off = True
+                task.cancel()  # the task waits in that send: that is where the cancel lands
+                return
+            check = loop.call_later(period, look)
+
+        check = loop.call_later(period, look)
+        messages = self._messages
+        try:
+            async for chunk in messages:
+                self._sending_since = loop.time()
+                try:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except asyncio.CancelledError:
+                    if not self.cut_off:
+                        raise
+                    task.uncancel()
+                    return  # unfinished: uvicorn closes the connection
+                self._sending_since = 0.0
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if check is not None:
+                check.cancel()
+            await messages.aclose()
