@@ -37,6 +37,7 @@ from tenacity import (
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
 from lastword.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher
+from lastword.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
 
 __all__ = [
@@ -225,6 +226,11 @@ class _Core:
 
     def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> _Call[AppendResult]:
         return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=self.with_event_ids(events))
+
+    def push_ndjson(self, run_id: str, body: Any) -> _Call[AppendResult]:
+        """Events as NDJSON lines from ``body`` (an iterable of pieces, streamed once)."""
+        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), content=body,
+                     headers={"content-type": "application/x-ndjson"})
 
     def push_text(self, run_id: str, text: str, event_id: str | None) -> _Call[AppendResult]:
         body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
@@ -465,6 +471,19 @@ class LastwordClient:
 
         return Pusher(send, linger=linger, max_events=max_events)
 
+    def stream_pusher(
+        self, run_id: str, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
+    ) -> StreamPusher:
+        """A streaming producer for ``run_id`` over one long-lived NDJSON request: each pushed
+        event is written at once; ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.stream_pusher`). Use it as ``with``."""
+
+        def send(body: Iterator[bytes]) -> AppendResult:
+            return self._send(self._core.push_ndjson(run_id, body))
+
+        return StreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
+                            attempts=self._core.retries + 1, backoff=self._core.backoff)
+
     def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
         idempotency_key: str | None = None, content_type: str | None = None,
@@ -622,6 +641,19 @@ class AsyncLastwordClient:
             return await self._send(self._core.push_events(run_id, events))
 
         return AsyncPusher(send, linger=linger, max_events=max_events)
+
+    def stream_pusher(
+        self, run_id: str, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
+    ) -> AsyncStreamPusher:
+        """A streaming producer for ``run_id`` over one long-lived NDJSON request: each pushed
+        event is written at once; ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.stream_pusher`). Use it inside the event loop, as ``async with``."""
+
+        async def send(body: AsyncIterator[bytes]) -> AppendResult:
+            return await self._send(self._core.push_ndjson(run_id, body))
+
+        return AsyncStreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
+                                 attempts=self._core.retries + 1, backoff=self._core.backoff)
 
     async def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
