@@ -1,8 +1,9 @@
 """Clients for parent agents and child runtimes: :class:`LastwordClient` and :class:`AsyncLastwordClient`.
 
 Both share one core (:class:`_Core`): every method's request is a :class:`_Call` the core
-builds, with the function that decodes its answer; the long poll of ``wait_result`` is a
-:class:`_Wait` and a stream's resume bookkeeping a :class:`_Resume`, both in the core. The two
+builds, with the function that decodes its answer; the long polls of ``wait_result`` and
+``join`` are a :class:`_Wait` and a :class:`_Join` and a stream's resume bookkeeping a
+:class:`_Resume`, all beside the core. The two
 classes only send and receive, one with blocking I/O and one awaiting it, so they cannot drift
 apart (a test compares their public methods). The transport is injectable (``transport=``), as
 in httpx.
@@ -335,6 +336,25 @@ class _Wait:
         return result.status == "ended" or self._wait <= 0
 
 
+class _Join:
+    """The long poll of ``join``: one request after another until the children are done or the
+    caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
+
+    def __init__(self, core: _Core, run_id: str, timeout: float, any_child: bool) -> None:
+        self._core = core
+        self._run_id = run_id
+        self._deadline = time.monotonic() + timeout
+        self._any_child = any_child
+        self._wait = 0.0
+
+    def next_call(self) -> _Call[ChildrenJoin]:
+        self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
+        return self._core.join(self._run_id, self._wait, self._any_child)
+
+    def finished(self, joined: ChildrenJoin) -> bool:
+        return joined.done or self._wait <= 0
+
+
 class _Resume:
     """Where a stream stands, so that a reconnect continues right after the last message."""
 
@@ -525,11 +545,10 @@ class LastwordClient:
     def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
         """Every child's current turn once all have ended (``any_child``: the first), or as they
         stand when ``timeout`` runs out; ``done`` says which."""
-        deadline = time.monotonic() + timeout
+        join = _Join(self._core, run_id, timeout, any_child)
         while True:
-            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
-            joined = self._send(self._core.join(run_id, wait, any_child))
-            if joined.done or wait <= 0:
+            joined = self._send(join.next_call())
+            if join.finished(joined):
                 return joined
 
     def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
@@ -693,11 +712,10 @@ class AsyncLastwordClient:
 
     async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
         """As :meth:`LastwordClient.join`."""
-        deadline = time.monotonic() + timeout
+        join = _Join(self._core, run_id, timeout, any_child)
         while True:
-            wait = max(0.0, min(WAIT_PER_REQUEST, deadline - time.monotonic()))
-            joined = await self._send(self._core.join(run_id, wait, any_child))
-            if joined.done or wait <= 0:
+            joined = await self._send(join.next_call())
+            if join.finished(joined):
                 return joined
 
     async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
