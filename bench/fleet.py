@@ -138,7 +138,7 @@ async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str,
 
 
 async def _measure(ctx: Context, result: Result) -> None:
-    plan = ctx.pick([100, 500, 1000], [10, 50])
+    plan = ctx.pick([50, 100, 200, 500, 1000], [10, 50])
     seconds = ctx.pick(8.0, 2.0)
     series = {}
     largest = 0
