@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -45,7 +46,10 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
                 return await asyncio.to_thread(samples, api)
 
         during = asyncio.run(with_subscriber())
-        after = samples(api)
+        # The server hears the client leave a moment after the client closed: wait for it.
+        deadline = time.monotonic() + 10
+        while (after := samples(api))[("lastword_sse_subscribers", ())] != 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     assert after[("lastword_events_ingested_total", (("type", "assistant/chunk"),))] == 2
     assert after[("lastword_events_ingested_total", (("type", "assistant/message"),))] == 1
