@@ -43,9 +43,10 @@ PRODUCERS = 3
 RUNS_PER_PRODUCER = 2
 #: Per request: a server that stops answering fails the request, which is then retried.
 REQUEST_TIMEOUT = 10.0
-#: Bounds on waiting, not assertions on speed.
+#: Bounds on waiting, not assertions on speed: a hang fails instead of blocking CI. The loop
+#: took ~60 s on a quiet machine and passed 240 s twice at load ~20, so the bound is far out.
 GATE_TIMEOUT = 30.0
-TEST_DEADLINE = 240.0
+TEST_DEADLINE = 900.0
 
 
 @dataclass
