@@ -63,9 +63,10 @@ class EventStream(Response):
         on_disconnect: Callable[[], None],
         release: Callable[[], None],
         headers: Mapping[str, str] | None = None,
+        status_code: int = 200,  # FastAPI reads this default for the OpenAPI document
     ) -> None:
         # Not Response.__init__: it would add a Content-Length for the empty body it was given.
-        self.status_code = 200
+        self.status_code = status_code
         self.background = None
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
             (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items()
