@@ -10,6 +10,8 @@ restarted server has exactly the answered events.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from lastword.store.group import MAX_BATCH, GroupWriter
+from lastword.store.tx import Tx
 from tests.api_helpers import assert_problem, chunk, create, logged, result, serving
 from tests.servers import ServerProcess
 
@@ -142,3 +146,28 @@ def test_concurrent_writes_share_commits_and_fail_alone(tmp_path_factory: pytest
                 assert "".join(block["text"] for block in output if block["type"] == "text") == "".join(texts)
         for client in clients:
             client.close()
+
+
+def test_a_burst_larger_than_one_transaction_is_written_whole_and_in_order(tmp_path: Path) -> None:
+    """Writes submitted together, more of them than one transaction takes, each run once, in the
+    order they were submitted, and each is answered with its own result."""
+    connection = sqlite3.connect(tmp_path / "burst.db", isolation_level=None, check_same_thread=False)
+    connection.execute("CREATE TABLE burst (n INTEGER)")
+    writer = GroupWriter(lambda: connection)
+    count = 2 * MAX_BATCH + 3
+
+    def write(n: int) -> Any:
+        def work(tx: Tx) -> int:
+            tx.run("INSERT INTO burst (n) VALUES (?)", (n,))
+            return n * n
+        return work
+
+    async def burst() -> list[int]:
+        return list(await asyncio.gather(*(writer.submit(write(n)) for n in range(count))))
+
+    try:
+        assert asyncio.run(burst()) == [n * n for n in range(count)]
+    finally:
+        writer.close()
+    assert [n for (n,) in connection.execute("SELECT n FROM burst ORDER BY rowid")] == list(range(count))
+    connection.close()

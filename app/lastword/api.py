@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
 from lastword.events import EVENT_JSON_SCHEMA
@@ -206,23 +208,61 @@ EVENTS_BODY = {
 }
 
 
-@router.post(
-    "/runs/{runId}/events",
-    response_model=AppendResult,
-    response_model_exclude_unset=True,
-    responses=problems(400, 404, 410, 409, 413, 415, 422),
-    openapi_extra=EVENTS_BODY,
-)
-async def append_events(request: Request, runId: str) -> dict[str, Any]:
+class PlainRoute(APIRoute):
+    """A route whose endpoint is called with the request and its path parameters as they are.
+
+    For every request FastAPI's own handler solves the endpoint's parameters, and validates and
+    serialises what it returns against ``response_model``. The ingest endpoints a streaming
+    child calls once per delta read their body themselves and answer three integers, so that
+    work bought nothing there, and it was a third of the route's time in the event loop
+    (docs/BENCHMARKS.md, issue 15). Their declared parameters and ``response_model`` still
+    make their OpenAPI operation. Only ``request`` and path parameters (strings, with nothing
+    to validate) are allowed: anything else would be silently ignored, so it is refused here.
+    FastAPI's own telemetry (off unless an OpenTelemetry provider is set globally) still spans
+    the request, without the child spans its handler adds (dependencies, serialisation).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        dependant = self.dependant
+        if (dependant.query_params or dependant.header_params or dependant.cookie_params
+                or dependant.body_params or dependant.dependencies):
+            raise TypeError(f"{self.path}: a PlainRoute endpoint takes only the request and path parameters")
+        endpoint = self.endpoint
+
+        async def handle(request: Request) -> Response:
+            response: Response = await endpoint(request, **request.path_params)
+            return response
+
+        return handle
+
+
+def appended(answer: dict[str, Any]) -> Response:
+    """An ``AppendResult`` as the JSON a :class:`PlainRoute` answers with."""
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+
+async def append_events(request: Request, runId: str) -> Response:
     """Append events: a JSON object or array (all or nothing), or NDJSON applied line by line."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
     append = _appender(service, settings_of(request), runId)
     kind = media_type(request)
     if kind in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
-        return await ingest_ndjson(request, limit, append)
+        return appended(await ingest_ndjson(request, limit, append))
     if kind in ("application/json", ""):
-        return await ingest_json(request, limit, settings_of(request).max_batch_events, append)
+        return appended(await ingest_json(request, limit, settings_of(request).max_batch_events, append))
     raise UnsupportedMedia(f"expected application/json or application/x-ndjson, got {kind!r}")
+
+
+router.add_api_route(
+    "/runs/{runId}/events",
+    append_events,
+    methods=["POST"],
+    response_model=AppendResult,
+    response_model_exclude_unset=True,
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
+    openapi_extra=EVENTS_BODY,
+    route_class_override=PlainRoute,
+)
 
 
 CHUNKS_BODY = {
@@ -236,14 +276,7 @@ CHUNKS_BODY = {
 }
 
 
-@router.post(
-    "/runs/{runId}/chunks",
-    response_model=AppendResult,
-    response_model_exclude_unset=True,
-    responses=problems(400, 404, 410, 409, 413, 415, 422),
-    openapi_extra=CHUNKS_BODY,
-)
-async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
+async def append_chunks(request: Request, runId: str) -> Response:
     """Append bare chunk text: each piece of a streamed ``text/plain`` body is one text delta."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
     append = _appender(service, settings_of(request), runId)
@@ -253,12 +286,24 @@ async def append_chunks(request: Request, runId: str) -> dict[str, Any]:
         if answer["lastSeq"] is None:
             # An empty body stores nothing; the run must still exist, and lastSeq is its own.
             answer["lastSeq"] = (await service.get_run(runId)).last_seq
-        return answer
+        return appended(answer)
     if kind == "application/json":
         body = await read_model(request, ChunkText, limit)
         outcome = await append([text_delta(body.text, body.eventId)])
-        return {"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq}
+        return appended({"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq})
     raise UnsupportedMedia(f"expected text/plain or application/json, got {kind!r}")
+
+
+router.add_api_route(
+    "/runs/{runId}/chunks",
+    append_chunks,
+    methods=["POST"],
+    response_model=AppendResult,
+    response_model_exclude_unset=True,
+    responses=problems(400, 404, 410, 409, 413, 415, 422),
+    openapi_extra=CHUNKS_BODY,
+    route_class_override=PlainRoute,
+)
 
 
 INGEST_BODY = {

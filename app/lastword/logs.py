@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import random
 import re
 import sys
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -59,6 +59,14 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = True
 
 
+def new_request_id() -> str:
+    """32 random hex digits, like a UUID's. Not ``uuid4()``: it reads ``os.urandom``, a system
+    call that lets go of the GIL on every request, and getting it back waits on whatever thread
+    took it (the SQLite writer). A request id only has to be unique, not unguessable; the
+    ``random`` module is reseeded in a forked child, so workers do not repeat each other."""
+    return f"{random.getrandbits(128):032x}"
+
+
 class RequestLog:
     """ASGI middleware: a request id per request (``X-Request-ID``), and one log line at its end."""
 
@@ -70,7 +78,7 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
         given = dict(scope.get("headers", ())).get(b"x-request-id", b"").decode("latin-1")
-        current = given if _SAFE_ID.match(given) else uuid.uuid4().hex
+        current = given if _SAFE_ID.match(given) else new_request_id()
         token = request_id.set(current)
         started = time.perf_counter()
         status = 500

@@ -6,6 +6,14 @@ answers each, in the order they ran. So sixteen connections each sending one eve
 ``BEGIN``/``COMMIT`` and one wake-up of the event loop per batch, not sixteen, while every
 request is still answered only after its own events are durable.
 
+Writes are handed to the writer thread once per turn of the event loop, not one by one: the
+requests whose bytes arrived together run together and submit their writes in the same turn,
+and a callback queued behind them hands all of those over at once. Handed over one by one,
+the first woke the idle writer, which committed it alone while the others were still being
+parsed: at 16 connections batches averaged two writes, most of them one, so nearly every
+request paid a commit and a wake-up of the event loop of its own. No write waits for anything
+but the callbacks already due in the same turn.
+
 A write that fails (a 409, a bad request) is rolled back to its savepoint and answered with its
 error; the others in the batch commit. A failed ``COMMIT`` answers every write of the batch
 with :class:`~lastword.errors.Unavailable`: nothing of it was acknowledged.
@@ -66,7 +74,10 @@ class GroupWriter:
 
     def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer") -> None:
         self._connection = connection
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
+        # Writes submitted in the current turn of each event loop, not yet handed over; only
+        # that loop's thread touches its entry.
+        self._pending: dict[asyncio.AbstractEventLoop, list[Job]] = {}
         hold_dir = os.environ.get(HOLD_COMMIT_ENV)
         self._hold_dir = Path(hold_dir) if hold_dir else None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -76,21 +87,36 @@ class GroupWriter:
         """Run ``work(tx)`` in the next batch; its result once that batch has committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.put(Job(work, loop, future))
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        pending.append(Job(work, loop, future))
         return cast(T, await future)
 
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        jobs = self._pending.pop(loop, None)
+        if jobs:
+            self._queue.put(jobs)
+
     def close(self) -> None:
+        """Commit what was submitted (called on the event loop, after the last request), then stop."""
+        for loop in list(self._pending):
+            self._hand_over(loop)
         self._queue.put(None)
         self._thread.join()
 
     def _loop(self) -> None:
+        waiting: list[Job] = []  # handed over, not yet in a batch (a batch holds MAX_BATCH at most)
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
+            if not waiting:
+                handed = self._queue.get()
+                if handed is None:
+                    return
+                waiting = handed
+            batch, waiting = waiting[:MAX_BATCH], waiting[MAX_BATCH:]
             stop = False
-            while len(batch) < MAX_BATCH:
+            while not waiting and len(batch) < MAX_BATCH:
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
@@ -98,7 +124,8 @@ class GroupWriter:
                 if more is None:
                     stop = True
                     break
-                batch.append(more)
+                room = MAX_BATCH - len(batch)
+                batch, waiting = batch + more[:room], more[room:]
             self._commit(batch)
             by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
             for job in batch:
