@@ -219,16 +219,18 @@ def append(
     fresh: Sequence[tuple[int, Event]],
     now: float,
     encoded: Sequence[str] | None = None,
+    logged: list[Appended] | None = None,
 ) -> Change:
     """Log ``fresh`` events (index in the request, event) in the open turn of a running run.
 
     ``fold`` is the open turn's fold, caught up with the log; the events are pushed into it.
     A ``turn/end`` among them ends the turn, and must be the last. The caller checked
-    :func:`accepts_events`.
+    :func:`accepts_events`. ``logged``: :func:`numbered` of the same, if the caller has it.
     """
     if not accepts_events(run):
         raise ValueError("append to a run that is not running")
-    logged = numbered(run, fresh, encoded)
+    if logged is None:
+        logged = numbered(run, fresh, encoded)
     end: tuple[StopReason, Any] | None = None
     for index, event in fresh:
         if end is not None:

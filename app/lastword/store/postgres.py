@@ -185,12 +185,13 @@ def copy_chunks(rows: list[tuple[Any, ...]], size: int = COPY_CHUNK_ROWS) -> Ite
     time, which are formatted once (a float's ``repr`` costs as much as the rest of a row). A
     NUL character still fails as a ``DataError``: the server refuses it in COPY data.
     """
-    shared: tuple[Any, ...] = ()
+    last_run: str | None = None
+    last_turn = last_time = None
     for start in range(0, len(rows), size):
         lines = []
         for run_id, seq, turn, kind, event_id, body, received_at in rows[start:start + size]:
-            if shared != (run_id, turn, received_at):
-                shared = (run_id, turn, received_at)
+            if run_id != last_run or turn != last_turn or received_at != last_time:
+                last_run, last_turn, last_time = run_id, turn, received_at
                 run_text, turn_text, time_text = copy_field(run_id), f"{turn:d}", repr(float(received_at))
             eid = "\\N" if event_id is None else copy_field(event_id)
             lines.append(

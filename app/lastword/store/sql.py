@@ -132,8 +132,9 @@ class SqlStore(Store):
         fold = self.folds.held(tx, run)
         # The rows go to the store before the events are folded: PostgreSQL's server inserts
         # them while this thread folds (the COPY completes with the transaction's next statement).
-        self.insert_events(tx, writes.event_rows(run_id, run.turn, runstate.numbered(run, fresh, encoded), now))
-        change = runstate.append(run, fold, fresh, now, encoded)
+        logged = runstate.numbered(run, fresh, encoded)
+        self.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
+        change = runstate.append(run, fold, fresh, now, logged=logged)
         stored = self._persist(tx, run, change, now, appended_stored=True)
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
