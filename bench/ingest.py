@@ -209,11 +209,13 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
     result.note(f"{total:,} events per variant per round, {rounds} round(s), {size:.0f} bytes per event as JSON")
 
     variants: dict[str, tuple[str, Variant]] = {}
+    profiled: dict[str, Server] = {}  # the variants py-spy watches (--profile), on their server
     closers: list[Callable[[], Awaitable[None]]] = []
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lastword-bench-a-")))
         normal = stack.enter_context(Server(durability="normal"))
         full = stack.enter_context(Server(durability="full"))
+        profiled.update(sqlite_json=normal, sqlite_ndjson=normal)
         variants["sqlite_json"] = ("lastword, SQLite, JSON arrays", _http_variant(normal, json_bodies, "application/json"))
         variants["sqlite_ndjson"] = ("lastword, SQLite, NDJSON", _http_variant(normal, ndjson_bodies, "application/x-ndjson"))
         variants["sqlite_json_ids"] = (
@@ -230,6 +232,7 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
         except RuntimeError as error:
             result.note(f"PostgreSQL skipped: the server did not start: {error}")
         else:
+            profiled["postgres_json"] = postgres
             variants["postgres_json"] = (
                 "lastword, PostgreSQL, JSON arrays", _http_variant(postgres, json_bodies, "application/json"))
             variants["postgres_ndjson"] = (
@@ -255,8 +258,8 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
         times: dict[str, list[float]] = {key: [] for key in variants}
         for round_number in range(rounds):
             for key, (_, variant) in variants.items():
-                profiled = round_number == rounds - 1 and key in ("sqlite_json", "sqlite_ndjson")
-                with ctx.profiler.attach(normal, f"a-{key}") if profiled else contextlib.nullcontext():
+                target = profiled.get(key) if round_number == rounds - 1 else None
+                with ctx.profiler.attach(target, f"a-{key}") if target else contextlib.nullcontext():
                     times[key].append(await variant(per_round))
         for close in closers:
             await close()

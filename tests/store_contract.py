@@ -195,6 +195,28 @@ class StoreContract:
         _, turn = await store.turn_result("r1", None)
         assert turn.output == [text("onetwo")]
 
+    @pytest.mark.anyio
+    async def test_a_large_batch_keeps_every_character_and_a_refused_one_stores_nothing(self, store: Store) -> None:
+        """A batch of hundreds (PostgreSQL streams it as COPY text) keeps tabs, backslashes and
+        line ends in texts and eventIds, dedupes them on a retry, and a large batch refused by its
+        last event (after a turn/end) leaves the log as it was, the next batch taking the next seq."""
+        await store.create_run(spec("r1"), T0)
+        awkward = "tab\there\\back\nline\r\\N end"
+        sent = [chunk(f"{awkward} {number}", f"{awkward}-{number}") for number in range(300)]
+        first = await store.append("r1", sent, T0 + 0.125)
+        assert (first.accepted, first.last_seq) == (300, 301)
+        assert (await store.append("r1", sent, T0 + 1)).duplicates == 300
+        with pytest.raises(RunEnded):
+            await store.append("r1", [chunk(str(number)) for number in range(200)] + [turn_end(), chunk("after")], T0)
+        last = await store.append("r1", [chunk("next")], T0 + 2)
+        assert last.last_seq == 302
+        logged = await store.events_after("r1", 1, 1000)
+        assert bodies(logged) == [*sent, chunk("next")]
+        assert [event.event_id for event in logged[:300]] == [f"{awkward}-{number}" for number in range(300)]
+        assert {event.received_at for event in logged[:300]} == {T0 + 0.125}
+        _, turn = await store.turn_result("r1", None)
+        assert turn.output == [text("".join(f"{awkward} {number}" for number in range(300)) + "next")]
+
     # -- ending turns --------------------------------------------------------------------------
 
     @pytest.mark.anyio

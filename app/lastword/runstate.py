@@ -202,23 +202,35 @@ def without_duplicates(
 # -- appending -------------------------------------------------------------------------
 
 
+def numbered(run: RunRecord, fresh: Sequence[tuple[int, Event]], encoded: Sequence[str] | None = None) -> list[Appended]:
+    """``fresh`` events as :func:`append` logs them: each with its ``seq``, after the run's last.
+
+    Known before the fold has seen them, so a store may start writing the rows first.
+    """
+    first = run.last_seq + 1
+    if encoded is None:
+        return [(seq, event, None) for seq, (_, event) in enumerate(fresh, first)]
+    return [(seq, event, encoded[index]) for seq, (index, event) in enumerate(fresh, first)]
+
+
 def append(
     run: RunRecord,
     fold: TurnFold,
     fresh: Sequence[tuple[int, Event]],
     now: float,
     encoded: Sequence[str] | None = None,
+    logged: list[Appended] | None = None,
 ) -> Change:
     """Log ``fresh`` events (index in the request, event) in the open turn of a running run.
 
     ``fold`` is the open turn's fold, caught up with the log; the events are pushed into it.
     A ``turn/end`` among them ends the turn, and must be the last. The caller checked
-    :func:`accepts_events`.
+    :func:`accepts_events`. ``logged``: :func:`numbered` of the same, if the caller has it.
     """
     if not accepts_events(run):
         raise ValueError("append to a run that is not running")
-    seq = run.last_seq
-    logged: list[Appended] = []
+    if logged is None:
+        logged = numbered(run, fresh, encoded)
     end: tuple[StopReason, Any] | None = None
     for index, event in fresh:
         if end is not None:
@@ -226,11 +238,11 @@ def append(
                 f"event {index} follows the turn/end of the same request",
                 index=index, runId=run.run_id, turn=run.turn, stopReason=end[0],
             )
-        seq += 1
-        logged.append((seq, event, None if encoded is None else encoded[index]))
-        fold.push(event, seq)
         if event["type"] == "turn/end":
             end = (normalise_stop_reason(event["stopReason"]), event.get("error"))
+    for seq, event, _ in logged:
+        fold.push(event, seq)
+    seq = run.last_seq + len(logged)
     appended = Change(
         run=_moved(run, last_seq=seq, lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now),
         appended=logged,

@@ -12,6 +12,9 @@ class Dialect(Protocol):
     events_by_id: str
     #: Appended to a ``SELECT`` of a run that is about to change (PostgreSQL: ``FOR UPDATE``).
     lock_clause: str
+    #: Whether a write returns the chunks it stored for the service to publish (SQLite). PostgreSQL's
+    #: replicas publish from commit notices and read the chunks from the log (lastword.fanout).
+    returns_chunks: bool
 
     def match_ids(self, count: int) -> str:
         """SQL that matches ``event_id`` against ``count`` parameters."""
@@ -20,7 +23,8 @@ class Dialect(Protocol):
         """The parameters for :meth:`match_ids`."""
 
     def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
-        """Store a batch of event rows (``EVENT_COLUMNS`` order)."""
+        """Store a batch of event rows (``EVENT_COLUMNS`` order); a backend may complete it with
+        the transaction's next statement (PostgreSQL's COPY streams meanwhile)."""
 
     def before_feed_insert(self, tx: Tx) -> None:
         """Serialise firehose writers where the database would not (PostgreSQL)."""

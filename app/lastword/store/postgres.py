@@ -23,17 +23,19 @@ Connections are synchronous psycopg connections from a :class:`psycopg_pool.Conn
 used from a thread pool (see :mod:`lastword.store.tx` for why). Every driver or pool failure becomes
 :class:`lastword.errors.Unavailable` here, once; a connection found dead before its transaction
 could commit is discarded and the transaction retried on a fresh one, so a replica recovers by
-itself when the database comes back. A failure during ``COMMIT`` is never retried: its outcome
-is unknown, and the client gets 503, never a 2xx for an event that may not be stored.
+itself when the database comes back. A failure during ``COMMIT`` (sent together with the last
+statements of the transaction, :class:`PipelinedTx`) is never retried: its outcome is unknown,
+and the client gets 503, never a 2xx for an event that may not be stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -68,6 +70,8 @@ RECONNECT_SECONDS = 4.0
 CONNECT_TIMEOUT = 5
 #: Batches of at least this many events are stored with COPY rather than INSERTs.
 COPY_FROM = 16
+#: Rows per piece of a COPY: about psycopg's 32 KB send buffer of small events.
+COPY_CHUNK_ROWS = 256
 #: Attempts of one transaction when its connection turns out to be dead before it commits.
 ATTEMPTS = 3
 
@@ -162,6 +166,40 @@ def to_pyformat(statement: str) -> str:
     return statement.replace("%", "%%").replace("?", "%s")
 
 
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def copy_field(text: str) -> str:
+    """``text`` as a field of COPY's text format: backslash, tab and line ends escaped."""
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_COPY_ESCAPES)
+    return text
+
+
+def copy_chunks(rows: list[tuple[Any, ...]], size: int = COPY_CHUNK_ROWS) -> Iterator[str]:
+    """Event rows (``EVENT_COLUMNS`` order) as COPY text-format data, ``size`` rows a piece.
+
+    Formatted here rather than row by row through ``Copy.write_row``, whose per-row Python cost
+    was a quarter of a batch's time in the writer thread; in pieces, so that the server parses
+    and inserts the first while the next is formatted. A batch's rows share their run, turn and
+    time, which are formatted once (a float's ``repr`` costs as much as the rest of a row). A
+    NUL character still fails as a ``DataError``: the server refuses it in COPY data.
+    """
+    last_run: str | None = None
+    last_turn = last_time = None
+    for start in range(0, len(rows), size):
+        lines = []
+        for run_id, seq, turn, kind, event_id, body, received_at in rows[start:start + size]:
+            if run_id != last_run or turn != last_turn or received_at != last_time:
+                last_run, last_turn, last_time = run_id, turn, received_at
+                run_text, turn_text, time_text = copy_field(run_id), f"{turn:d}", repr(float(received_at))
+            eid = "\\N" if event_id is None else copy_field(event_id)
+            lines.append(
+                f"{run_text}\t{seq:d}\t{turn_text}\t{copy_field(kind)}\t{eid}\t{copy_field(body)}\t{time_text}\n"
+            )
+        yield "".join(lines)
+
+
 def lock_key(schema: str, purpose: str) -> int:
     """A 64-bit advisory lock key for one purpose within one schema (deployments may share a database)."""
     return int.from_bytes(hashlib.sha256(f"lastword:{schema}:{purpose}".encode()).digest()[:8], "big", signed=True)
@@ -200,6 +238,89 @@ def startup_failure(url: str, reason: str) -> str:
 
 class _Retry(Exception):
     """The connection died before the transaction could commit: try again on another one."""
+
+
+class PipelinedTx(Tx):
+    """A transaction that sends what it need not wait for together with what it must.
+
+    A statement whose result nobody reads (``run``: the ``BEGIN`` itself, a ``NOTIFY``, the
+    run's ``UPDATE``) is held back and goes out in one pipeline with the next statement that
+    returns rows, or with the ``COMMIT``; a COPY (:meth:`copy_in`) is left streaming and
+    completed just before the next statement. A batch append thus waits for the server four
+    times (``BEGIN`` with the run's row lock, the COPY's start, its end, the rest with the
+    ``COMMIT``) instead of seven, and the server stores the rows while the fold is computed.
+    Order is kept, and an error surfaces at the next exchange, still inside the transaction, so
+    it rolls back and is mapped like any other.
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any], begin: str) -> None:
+        super().__init__(connection.cursor(), to_pyformat)
+        self.connection = connection
+        self._held: list[tuple[str, Sequence[Any] | None]] = [(begin, None)]
+        self._copy: contextlib.ExitStack | None = None
+        self.sent = False  # whether anything reached the server yet
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._held.append((to_pyformat(sql), params))
+
+    def copy_in(self, statement: str, pieces: Iterable[str]) -> None:
+        """Start ``COPY … FROM STDIN`` and send ``pieces``; it completes with the next statement."""
+        self.flush()
+        self._copy = contextlib.ExitStack()
+        copy = self._copy.enter_context(self.cursor.copy(statement))
+        for piece in pieces:
+            copy.write(piece)
+
+    def flush(self) -> None:
+        self._end_copy()
+        if self._held:
+            self._send(None)
+
+    def settle(self) -> None:
+        """Before the commit, find what can still fail safely: a COPY in progress is completed
+        and, when nothing reached the server yet, what was held back is sent (a connection that
+        died idle in the pool is found while a retry is still safe)."""
+        self._end_copy()
+        if not self.sent:
+            self.flush()
+
+    def commit(self) -> None:
+        self._end_copy()
+        self._held.append(("COMMIT", None))
+        self._send(None)
+
+    def discard(self) -> None:
+        """Give up what was not sent, and end a COPY still open, failed (a rollback follows)."""
+        self._held.clear()
+        copy, self._copy = self._copy, None
+        if copy is not None:
+            with contextlib.suppress(psycopg.Error):
+                failed = RuntimeError("the transaction is rolled back")
+                copy.__exit__(RuntimeError, failed, None)
+
+    def _end_copy(self) -> None:
+        copy, self._copy = self._copy, None
+        if copy is not None:
+            copy.close()
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> None:
+        self._end_copy()
+        if self._held:
+            self._send((sql, params))
+        else:
+            self.cursor.execute(sql, params)
+
+    def _send(self, last: tuple[str, Sequence[Any]] | None) -> None:
+        held, self._held = self._held, []
+        self.sent = True
+        if len(held) == 1 and last is None:
+            self.connection.execute(held[0][0], held[0][1])
+            return
+        with self.connection.pipeline():
+            for sql, params in held:
+                self.connection.execute(sql, params)
+            if last is not None:
+                self.cursor.execute(*last)
 
 
 class PostgresStore(SqlStore):
@@ -247,21 +368,24 @@ class PostgresStore(SqlStore):
         raise Unavailable(f"the PostgreSQL store cannot be reached: {lost}") from lost
 
     def _attempt(self, connection: psycopg.Connection[Any], begin: str, fn: Callable[[Tx], T]) -> T:
-        tx = Tx(connection.cursor(), to_pyformat)
+        tx = PipelinedTx(connection, begin)
         committed = False
         try:
             try:
-                connection.execute(begin)
                 result = fn(tx)
+                tx.settle()
             except psycopg.OperationalError as error:
                 if connection.broken:
                     raise _Retry() from error
                 raise
-            # Not retried from here on: a commit that failed may still have happened.
-            connection.execute("COMMIT")
+            # Not retried from here on: a commit that failed may still have happened (and the
+            # statements held back go with it, so a connection lost here is an unknown outcome).
+            tx.commit()
             committed = True
             return result
         finally:
+            if not committed:
+                tx.discard()
             if not committed and not connection.broken:
                 try:
                     connection.execute("ROLLBACK")
@@ -280,6 +404,9 @@ class PostgresStore(SqlStore):
     # -- dialect -----------------------------------------------------------------------
 
     lock_clause = " FOR UPDATE"
+    # The service never publishes a PostgreSQL write's own events: NoticeFanout reads them from
+    # the log when their notice arrives, and only for runs someone here follows.
+    returns_chunks = False
     claim_clause = " FOR UPDATE SKIP LOCKED"
 
     def match_ids(self, count: int) -> str:
@@ -294,9 +421,8 @@ class PostgresStore(SqlStore):
             return
         # COPY takes a batch in one stream: about three times the rate of executemany's
         # pipelined INSERTs. Duplicates were weeded out under the run's lock, so no ON CONFLICT.
-        with tx.cursor.copy(f"COPY events ({EVENT_COLUMNS}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        assert isinstance(tx, PipelinedTx)  # every transaction here is one (_attempt)
+        tx.copy_in(f"COPY events ({EVENT_COLUMNS}) FROM STDIN", copy_chunks(rows))
 
     def feed_ids_issued(self, tx: Tx) -> int:
         # The identity's sequence is not transactional: it also counts ids of writers that have

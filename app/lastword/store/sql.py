@@ -43,6 +43,7 @@ class SqlStore(Store):
 
     events_by_id = "events"
     lock_clause = ""
+    returns_chunks = True
     #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
     claim_clause = ""
 
@@ -86,8 +87,12 @@ class SqlStore(Store):
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _persist(self, tx: Tx, before: RunRecord, change: Change, now: float) -> list[StoredEvent]:
-        stored = writes.persist(tx, self, change, first_seq=before.last_seq + 1, now=now)
+    def _persist(
+        self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False
+    ) -> list[StoredEvent]:
+        stored = writes.persist(
+            tx, self, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored
+        )
         if change.ended is not None:
             self.folds.forget(before.run_id, change.ended.turn)
         return stored
@@ -124,8 +129,13 @@ class SqlStore(Store):
             return AppendOutcome(accepted=0, duplicates=duplicates, last_seq=run.last_seq)
         if not runstate.accepts_events(run):
             raise runstate.turn_has_ended(run, reads.turn(tx, run_id, run.turn), fresh[0][0])
-        change = runstate.append(run, self.folds.held(tx, run), fresh, now, encoded)
-        stored = self._persist(tx, run, change, now)
+        fold = self.folds.held(tx, run)
+        # The rows go to the store before the events are folded: PostgreSQL's server inserts
+        # them while this thread folds (the COPY completes with the transaction's next statement).
+        logged = runstate.numbered(run, fresh, encoded)
+        self.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
+        change = runstate.append(run, fold, fresh, now, logged=logged)
+        stored = self._persist(tx, run, change, now, appended_stored=True)
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),

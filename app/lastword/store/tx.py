@@ -58,23 +58,31 @@ class Tx:
         self._used: list[Holdable] = []
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        self.cursor.execute(self._convert(sql), params)
+        self._execute(self._convert(sql), params)
         return list(self.cursor.fetchall())
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
         """The rows one at a time, for results too long to hold as one list."""
-        self.cursor.execute(self._convert(sql), params)
+        self._execute(self._convert(sql), params)
         return iter(self.cursor)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self.cursor.execute(self._convert(sql), params)
+        self._execute(self._convert(sql), params)
         return self.cursor.fetchone()
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.cursor.execute(self._convert(sql), params)
+        """A statement whose result nobody reads (a backend may send it later, in order: flush)."""
+        self._execute(self._convert(sql), params)
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.flush()
         self.cursor.executemany(self._convert(sql), rows)
+
+    def flush(self) -> None:
+        """Send the statements :meth:`run` may have held back (before using ``cursor`` directly)."""
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> None:
+        self.cursor.execute(sql, params)
 
     def hold(self, thing: Holdable) -> None:
         self._holds.hold(thing)

@@ -45,10 +45,15 @@ def event_rows(run_id: str, turn: int, appended: list[Appended], now: float) -> 
     ]
 
 
-def persist(tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: float, new_run: bool = False) -> list[StoredEvent]:
-    """Write ``change`` (whose events start at ``first_seq``); the live events it stored.
+def persist(
+    tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: float, new_run: bool = False,
+    appended_stored: bool = False,
+) -> list[StoredEvent]:
+    """Write ``change`` (whose events start at ``first_seq``); the live events it stored
+    (its chunks only where ``dialect.returns_chunks``).
 
     ``new_run``: the run's row was just inserted as ``change.run`` (so it is not updated).
+    ``appended_stored``: the caller already inserted the rows of ``change.appended``.
     """
     run = change.run
     if change.started is not None:
@@ -59,12 +64,14 @@ def persist(tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: fl
         )
     live: list[StoredEvent] = []
     if change.appended:
-        dialect.insert_events(tx, event_rows(run.run_id, run.turn, change.appended, now))
-        live = [
-            StoredEvent(run_id=run.run_id, seq=seq, turn=run.turn, type="assistant/chunk", body=event,
-                        received_at=now, event_id=event.get("eventId"))
-            for seq, event, _ in change.appended if event["type"] == "assistant/chunk"
-        ]
+        if not appended_stored:
+            dialect.insert_events(tx, event_rows(run.run_id, run.turn, change.appended, now))
+        if dialect.returns_chunks:
+            live = [
+                StoredEvent(run_id=run.run_id, seq=seq, turn=run.turn, type="assistant/chunk", body=event,
+                            received_at=now, event_id=event.get("eventId"))
+                for seq, event, _ in change.appended if event["type"] == "assistant/chunk"
+            ]
     start = first_seq
     for event in change.events:
         stored = _insert_lifecycle(tx, dialect, run, event, now)
