@@ -198,18 +198,25 @@ class Progress:
         return error
 
 
+def _too_many(max_events: int) -> BatchTooLarge:
+    return BatchTooLarge(f"the batch holds more than {max_events} events; the limit is {max_events}", limit=max_events)
+
+
 async def ingest_json(request: Request, limit: int, max_events: int, append: Append) -> dict[str, Any]:
     """A JSON event or array of events, all or nothing; an array of more than ``max_events``
     is refused (413 ``batch_too_large``).
 
-    An array is parsed, then validated, a slice at a time (:func:`json_input.array_slices`),
-    giving the event loop back between slices: a maximum-size batch must not stall every
-    other request, stream and lease sweep while it is read.
+    An array larger than :data:`json_input.WHOLE_BYTES` is parsed, then validated, a slice at
+    a time (:func:`json_input.array_slices`), giving the event loop back between slices: a
+    maximum-size batch must not stall every other request, stream and lease sweep while it is
+    read. A smaller body is parsed and validated in one go.
     """
     raw = await read_body(request, limit)
-    slices = json_input.array_slices(raw)
+    slices = json_input.array_slices(raw) if len(raw) > json_input.WHOLE_BYTES else None
     if slices is None:
-        events = [json_input.loads(raw, index=0)]
+        events = json_input.loads_events(raw)
+        if len(events) > max_events:
+            raise _too_many(max_events)
         validate_events(events)
     else:
         parsed: list[list[Any]] = []
@@ -218,9 +225,7 @@ async def ingest_json(request: Request, limit: int, max_events: int, append: App
             items = json_input.parse_slice(piece, count)
             count += len(items)
             if count > max_events:
-                raise BatchTooLarge(
-                    f"the batch holds more than {max_events} events; the limit is {max_events}", limit=max_events,
-                )
+                raise _too_many(max_events)
             parsed.append(items)
             await asyncio.sleep(0)
         events = []
