@@ -15,6 +15,7 @@ chunk subscriber minus the moment it was pushed. The server's CPU
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 
@@ -26,6 +27,7 @@ from bench.context import Context
 from bench.report import Result
 from bench.server import Server
 from lastword.client import AsyncLastwordClient
+from lastword.stream_pusher import AsyncStreamPusher
 
 TITLE = "Fleet: N children streaming 4-character deltas at 40/s, watched"
 RATE = 40.0
@@ -63,7 +65,9 @@ class ChunkSubscriber(asyncio.Protocol):
             self.transport.close()
 
 
-async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str, float]:
+async def _one_fleet(
+    server: Server, children: int, seconds: float, profile: contextlib.AbstractContextManager[None] | None = None,
+) -> dict[str, float]:
     host, _, port = server.url.removeprefix("http://").partition(":")
     loop = asyncio.get_running_loop()
     # A stream pusher holds its connection for as long as it streams: one each, and room for the rest.
@@ -98,15 +102,8 @@ async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str,
         count = int(seconds * RATE)
         rss_before, cpu_before, client_before = server.rss(), server.cpu_seconds(), time.process_time()
         started = time.perf_counter()
-        for k in range(count):
-            now = time.perf_counter()
-            code = f"{k:04x}"
-            for n, pusher in enumerate(pushers):
-                pusher.push_text(code)
-                pushed[n][code] = now
-            delay = started + (k + 1) * tick - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        with profile or contextlib.nullcontext():  # the streaming only
+            await _tick(pushers, pushed, started, count)
         behind = time.perf_counter() - (started + count * tick)
         await asyncio.gather(*(pusher.flush() for pusher in pushers))
         await asyncio.sleep(0.5)  # the last deltas reach their subscribers
@@ -137,6 +134,19 @@ async def _one_fleet(server: Server, children: int, seconds: float) -> dict[str,
     }
 
 
+async def _tick(pushers: list[AsyncStreamPusher], pushed: list[dict[str, float]], started: float, count: int) -> None:
+    """Every ``1 / RATE`` seconds, a delta to every child, ``count`` times."""
+    for k in range(count):
+        now = time.perf_counter()
+        code = f"{k:04x}"
+        for n, pusher in enumerate(pushers):
+            pusher.push_text(code)
+            pushed[n][code] = now
+        delay = started + (k + 1) / RATE - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
 async def _measure(ctx: Context, result: Result) -> None:
     plan = ctx.pick([50, 100, 200, 500, 1000], [10, 50])
     seconds = ctx.pick(8.0, 2.0)
@@ -144,7 +154,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     largest = 0
     for children in plan:
         with Server() as server:
-            figures = await _one_fleet(server, children, seconds)
+            figures = await _one_fleet(server, children, seconds, ctx.profiler.attach(server, f"j-{children}"))
         series[children] = figures
         result.add(f"p50_{children}", f"{children:,} children: delta→subscriber p50", figures["p50"], "ms",
                    f"{figures['deltas']:,} deltas seen, {figures['missing']:,} not seen in time; "
