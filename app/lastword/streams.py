@@ -101,8 +101,9 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
 #: clients (httpx-sse 0.4 among them) dispatch an empty ``message`` event on that blank line,
 #: repeating the last id: a reader would see a phantom event after every keep-alive. A lone
 #: comment line is skipped by every parser, and the next event's lines follow it as usual.
-#: The streams send it themselves while they wait (sse-starlette's ping would cost every
-#: connection a task of its own, most of the memory an idle subscriber holds).
+#: A stream sends it when its subscription's timer says it has been quiet for
+#: ``LASTWORD_KEEPALIVE_SECONDS`` (:meth:`lastword.hub.Subscription.pace`): no task per
+#: connection for it.
 KEEPALIVE = b": ping\r\n"
 
 
