@@ -37,7 +37,7 @@ from tenacity import (
 
 from lastword.ids import new_run_id
 from lastword.lifecycle import closes_run_stream
-from lastword.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher
+from lastword.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
 from lastword.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
 
@@ -226,7 +226,7 @@ class _Core:
         return _Call("GET", f"/v1/runs/{run_id}", _decoder(Run))
 
     def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> _Call[AppendResult]:
-        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=self.with_event_ids(events))
+        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=with_event_ids(events))
 
     def push_ndjson(self, run_id: str, body: Any) -> _Call[AppendResult]:
         """Events as NDJSON lines from ``body`` (an iterable of pieces, streamed once)."""
@@ -274,14 +274,6 @@ class _Core:
         return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
                      params={"wait": wait, "any": "true" if any_child else "false"},
                      timeout=self.long_poll_timeout(wait))
-
-    @staticmethod
-    def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Copies of the events, each with an ``eventId`` (kept when it has one)."""
-        return [
-            dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex}
-            for event in events
-        ]
 
     @staticmethod
     def check(response: httpx.Response) -> httpx.Response:

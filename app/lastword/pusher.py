@@ -30,6 +30,17 @@ MAX_EVENTS = 500
 Send = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 
 
+def with_event_ids(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of the events, each with an ``eventId`` (kept when it has one). Given before the
+    first attempt, so a retried request is counted as duplicates, not stored twice."""
+    return [dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex} for event in events]
+
+
+def text_chunk(text: str) -> dict[str, Any]:
+    """A text delta as a session event (an ``assistant/chunk``)."""
+    return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
+
+
 class AsyncPusher:
     """Deltas of one run, batched with a short linger (see the module's docstring)."""
 
@@ -49,16 +60,14 @@ class AsyncPusher:
 
     def push_text(self, text: str) -> None:
         """Queue a text delta (an ``assistant/chunk``)."""
-        self.push_events([{"type": "assistant/chunk", "delta": {"type": "text", "text": text}}])
+        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
         self._raise_failure()
         if self._closed:
             raise RuntimeError("the pusher is closed")
-        self._pending.extend(
-            dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex} for event in events
-        )
+        self._pending.extend(with_event_ids(events))
         self._idle.clear()
         self._wake.set()
 
@@ -136,7 +145,7 @@ class Pusher:
 
     def push_text(self, text: str) -> None:
         """Queue a text delta (an ``assistant/chunk``)."""
-        self.push_events([{"type": "assistant/chunk", "delta": {"type": "text", "text": text}}])
+        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -144,9 +153,7 @@ class Pusher:
             self._raise_failure()
             if self._closed:
                 raise RuntimeError("the pusher is closed")
-            self._pending.extend(
-                dict(event) if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex} for event in events
-            )
+            self._pending.extend(with_event_ids(events))
             self._changed.notify_all()
 
     def flush(self) -> None:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
+
+from lastword.pusher import text_chunk, with_event_ids
 
 #: Seconds without a push after which the open request is ended (and so acknowledged).
 IDLE = 5.0
@@ -42,10 +43,7 @@ ROLL_BYTES = 1 << 20
 
 def _lines(events: Iterable[Mapping[str, Any]]) -> list[bytes]:
     """Each event as one NDJSON line, with an ``eventId`` (kept when it has one)."""
-    return [
-        orjson.dumps(event if event.get("eventId") else {**event, "eventId": uuid.uuid4().hex}) + b"\n"
-        for event in events
-    ]
+    return [orjson.dumps(event) + b"\n" for event in with_event_ids(events)]
 
 
 class _Lines:
@@ -129,7 +127,7 @@ class AsyncStreamPusher:
 
     def push_text(self, text: str) -> None:
         """Queue a text delta (an ``assistant/chunk``); it is written at once."""
-        self.push_events([{"type": "assistant/chunk", "delta": {"type": "text", "text": text}}])
+        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -234,7 +232,7 @@ class StreamPusher:
 
     def push_text(self, text: str) -> None:
         """Queue a text delta (an ``assistant/chunk``); it is written at once."""
-        self.push_events([{"type": "assistant/chunk", "delta": {"type": "text", "text": text}}])
+        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
