@@ -21,13 +21,13 @@ import time
 
 import httpx
 import orjson
+from lastword.client.core import AsyncLastwordClient
+from lastword.client.stream_pusher import AsyncStreamPusher
 
 from bench import http
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
-from lastword.client import AsyncLastwordClient
-from lastword.stream_pusher import AsyncStreamPusher
 
 TITLE = "Fleet: N children streaming 4-character deltas at 40/s, watched"
 RATE = 40.0

@@ -2,7 +2,7 @@
 
 Two measurements at each size:
 
-* ``lastword.fold.TurnFold`` in this process (pure): the time to push every delta and to collect
+* ``lastword.rules.fold.TurnFold`` in this process (pure): the time to push every delta and to collect
   the output once, and the memory the fold holds after the pushes (tracemalloc, a separate
   pass so that tracing does not slow the timed one). A control pushes the same 10,000 events
   again and again: its cost per delta is the fold's own, without reaching fresh memory. Deltas are made 10,000 at a time and
@@ -31,7 +31,8 @@ import statistics
 import time
 import tracemalloc
 
-from lastword.fold import TurnFold
+from lastword.rules.fold import TurnFold
+
 from bench import http
 from bench.context import Context
 from bench.report import Result

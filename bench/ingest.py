@@ -102,7 +102,6 @@ def _redis_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Varian
 def _postgres_copy_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Variant:
     """PostgreSQL straight: ``COPY`` of the same rows into the service's own ``events`` table."""
     import psycopg
-
     from lastword.store.rows import EVENT_COLUMNS
 
     connection = psycopg.connect(url, autocommit=True)

@@ -38,13 +38,13 @@ RUNS = 10
 
 async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]:
     """Fill the log; what each run's result must be: ``{run_id: {status, stopReason, output}}``."""
-    from lastword.fanout import LocalFanout
-    from lastword.hub import Hub
+    from lastword.factory import open_store
+    from lastword.fanout.hub import Hub
+    from lastword.fanout.local import LocalFanout
     from lastword.metrics import Metrics
     from lastword.schemas import RunCreate
     from lastword.service import RunService
     from lastword.settings import Settings
-    from lastword.store import open_store
 
     store = open_store(Settings(database_url=url))
     await store.open()

@@ -6,7 +6,8 @@ Usage (from the repository root, with the test extras installed)::
     .venv/bin/python scripts/mutation.py fold tool_result     # only these
     .venv/bin/python scripts/mutation.py fold transcript --tests tests/test_transcript.py
 
-A module is named as under ``app/lastword/`` (``fold``, ``store/base``) or by its path. It
+A module is named as under ``app/lastword/`` (``rules/fold``, ``store/base``; a bare ``fold`` is
+found in its subpackage) or by its path. It
 prints, per module, how many mutants the tests killed and the score, then the diff of every
 mutant that survived; mutants listed as equivalent in ``docs/MUTATION.md`` are left out of the
 score and of the survivors (they cannot be killed: the mutated code behaves the same).
@@ -35,7 +36,7 @@ PACKAGE = ROOT / "app" / "lastword"
 WORK = ROOT / "build" / "mutation"
 EQUIVALENTS = ROOT / "docs" / "MUTATION.md"
 
-DEFAULT_MODULES = ["fold", "tool_result", "stop_reasons", "events", "transcript"]
+DEFAULT_MODULES = ["rules/fold", "rules/tool_result", "rules/stop_reasons", "rules/events", "rules/transcript"]
 #: The fast unit tests of the rule modules: pure, no server, no database.
 DEFAULT_TESTS = [
     "tests/test_fold.py",
@@ -58,7 +59,13 @@ def module_path(name: str) -> Path:
     candidate = Path(name)
     if candidate.suffix == ".py":
         return candidate.resolve().relative_to(PACKAGE)
-    return Path(name.replace(".", "/") + ".py")
+    path = Path(name.replace(".", "/") + ".py")
+    if not (PACKAGE / path).is_file():
+        # A bare name (``fold``) is found in whichever subpackage holds it, when only one does.
+        found = [match.relative_to(PACKAGE) for match in PACKAGE.rglob(path.name)]
+        if len(found) == 1:
+            return found[0]
+    return path
 
 
 def equivalent_mutants() -> set[str]:

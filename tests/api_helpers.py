@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from lastword.settings import Settings
+
 from tests.builders import chunk, message, new_run, text
 from tests.conftest import BACKENDS, postgres_schema
 from tests.servers import threaded_server

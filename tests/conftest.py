@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from lastword.settings import Settings
 from psycopg import sql
 
-from lastword.settings import Settings
-from tests.sse import WAIT_SECONDS
 from tests.servers import threaded_server
+from tests.sse import WAIT_SECONDS
 
 #: The PostgreSQL the ``postgres`` variants use; each test gets a fresh schema in it.
 POSTGRES_URL = os.environ.get("LASTWORD_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"

@@ -1,8 +1,8 @@
 """The selection rule and usage sum (SPEC §4–§5) written again from the SPEC's words, for checking.
 
 This is the one reference the tests (and ``bench``) compare the service with. It imports
-nothing from ``lastword`` on purpose: a test that compares ``lastword.fold`` with code built on
-``lastword.fold`` cannot fail. It is written for plainness, not speed, and in a different
+nothing from ``lastword`` on purpose: a test that compares ``lastword.rules.fold`` with code built on
+``lastword.rules.fold`` cannot fail. It is written for plainness, not speed, and in a different
 shape from the fold: it keeps the last substantive message's kept blocks (the fold keeps the
 message and filters on read) and sums usage per source at the end.
 

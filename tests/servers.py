@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-
 from lastword.server import LastwordServer, uvicorn_config
 from lastword.settings import Settings
 

@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 import orjson
 import pytest
-
 from lastword.errors import (
     Conflict,
     EventIdConflict,
@@ -36,8 +35,10 @@ from lastword.errors import (
     TurnAlreadyEnded,
     TurnNotFound,
 )
+from lastword.factory import open_store
 from lastword.settings import Settings
-from lastword.store import RunSpec, Store, open_store
+from lastword.store import RunSpec, Store
+
 from tests.builders import chunk, message, text, turn_end, usage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +60,7 @@ STARTER = textwrap.dedent(
     """
     import asyncio, sys, time
     from lastword.settings import Settings
-    from lastword.store import open_store
+    from lastword.factory import open_store
 
     async def main() -> None:
         store = open_store(Settings(database_url=sys.argv[1], lease_seconds=0))

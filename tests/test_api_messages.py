@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.cli.demo import SCENARIOS, run_scenario
 
-from lastword.demo import SCENARIOS, run_scenario
 from tests.api_helpers import assert_problem, chunk, create, message, shared_api, shared_base_url, text
 from tests.transcript_checks import CHECKS
 

@@ -9,9 +9,9 @@ from collections import Counter
 from typing import Any
 
 import httpx
+from lastword.cli.audit import FormatTally, RunAudit, report_lines, tally
+from lastword.cli.demo import SCENARIOS, run_scenario
 
-from lastword.audit import FormatTally, RunAudit, report_lines, tally
-from lastword.demo import SCENARIOS, run_scenario
 from tests.servers import free_port
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from lastword import __version__
+
 from tests.servers import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]

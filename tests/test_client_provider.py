@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from lastword.client.core import AsyncLastwordClient, LastwordAPIError, LastwordClient
 
-from lastword.client import AsyncLastwordClient, LastwordAPIError, LastwordClient
 from tests.api_helpers import shared_base_url  # noqa: F401  (the module's server fixture)
 from tests.provider_streams import (
     OpenAIStream,

@@ -10,7 +10,7 @@ After every restart, with the producers held at a gate, each run's whole log is 
 what its producer sent: the producer events in the log are exactly the first ones it sent, in
 order, each once (so every acknowledged event is there exactly once, and nothing else is);
 ``seq`` runs from 1 without a gap; every ended turn's ``subagent/end`` and ``/result`` hold the
-output and usage that :mod:`lastword.fold` selects from that turn's stored events, and the open
+output and usage that :mod:`lastword.rules.fold` selects from that turn's stored events, and the open
 turn's ``/result`` does too.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from lastword.rules.fold import TurnFold, final_assistant_output
+from lastword.rules.lifecycle import LIFECYCLE_TYPES
+from lastword.rules.stop_reasons import ACCEPTED_INPUTS, normalise_stop_reason
 
-from lastword.fold import TurnFold, final_assistant_output
-from lastword.lifecycle import LIFECYCLE_TYPES
-from lastword.stop_reasons import ACCEPTED_INPUTS, normalise_stop_reason
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow

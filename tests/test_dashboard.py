@@ -24,13 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-
 from axe_playwright_python.sync_playwright import Axe
+from lastword.cli.demo import run_scenario
+from lastword.settings import Settings
 from playwright import sync_api as playwright_api
 from playwright.sync_api import expect
 
-from lastword.demo import run_scenario
-from lastword.settings import Settings
 from tests.builders import create_run
 from tests.servers import ServerProcess, threaded_server
 

@@ -1,4 +1,4 @@
-"""Validation of ingested events (SPEC §3–§4), through ``lastword.events.validate_events``.
+"""Validation of ingested events (SPEC §3–§4), through ``lastword.rules.events.validate_events``.
 
 A refused batch raises ``Unprocessable`` (422) whose problem names the offending event's
 position in the batch (``index``) and the field (``message.content[0].text``).
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from lastword.errors import Unprocessable
-from lastword.events import is_plain_text_delta, validate_events
+from lastword.rules.events import is_plain_text_delta, validate_events
+
 from tests.builders import chunk
 
 Event = dict[str, Any]
@@ -264,7 +264,7 @@ _near_text_deltas = st.fixed_dictionaries(
 @given(_near_text_deltas)
 def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict[str, Any]) -> None:
     """The text-delta shortcut never lets through an event that the full check would refuse."""
-    from lastword.events import _EVENT, is_plain_text_delta
+    from lastword.rules.events import _EVENT, is_plain_text_delta
 
     if is_plain_text_delta(event):
         _EVENT.validate_python(event)

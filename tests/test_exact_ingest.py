@@ -18,8 +18,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lastword.http.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
 
-from lastword.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
 from tests.api_helpers import assert_problem, logged, serving
 from tests.builders import create_run
 from tests.conftest import BACKENDS

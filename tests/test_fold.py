@@ -1,4 +1,4 @@
-"""The selection rule (SPEC §5), through ``lastword.fold`` only: ``TurnFold`` and ``final_assistant_output``.
+"""The selection rule (SPEC §5), through ``lastword.rules.fold`` only: ``TurnFold`` and ``final_assistant_output``.
 
 Every example is checked on both entry points (``output_of``) against ``tests.reference``, the
 rule written again from the SPEC's words without ``lastword``; the property tests at the end
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lastword.rules.fold import TurnFold, final_assistant_output
 
-from lastword.fold import TurnFold, final_assistant_output
 from tests.builders import Block, Event, chunk, message, reasoning, text, tool_call, tool_result_block, usage
 from tests.reference import expected_output, expected_usage, reference_turn
 

@@ -1,4 +1,4 @@
-"""Joined continuations (SPEC §14) through ``lastword.fold`` only: examples and properties.
+"""Joined continuations (SPEC §14) through ``lastword.rules.fold`` only: examples and properties.
 
 The HTTP side (runs created with ``selection: {joinContinuations: true}``) is in
 ``tests/test_api_join_continuations.py``; this module is pure, so the mutation script runs it.
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lastword.rules.fold import TurnFold, final_assistant_output
 
-from lastword.fold import TurnFold, final_assistant_output
 Event = dict[str, Any]
 Block = dict[str, Any]
 

@@ -8,8 +8,8 @@ import httpx
 
 from tests.api_helpers import assert_problem, chunk, create, logged, message, shared_api, shared_base_url
 from tests.clock import ManualClock
-from tests.test_retention import RETENTION_HOURS, _pass, _retention_settings
 from tests.servers import threaded_server
+from tests.test_retention import RETENTION_HOURS, _pass, _retention_settings
 from tests.transcript_checks import CHECKS
 
 __all__ = ["shared_api", "shared_base_url"]
@@ -192,8 +192,8 @@ def test_fork_keeps_its_history_when_the_parent_is_deleted(make_settings: Any) -
 
 def test_run_state_numbers_a_fork_from_its_boundary() -> None:
     """The state machine starts a fork's turn 1 at afterSeq + 1, a plain run's at 1."""
-    from lastword import runstate
-    from lastword.records import RunSpec
+    from lastword.rules import runstate
+    from lastword.rules.records import RunSpec
 
     def spec(fork_of: tuple[str, int] | None) -> RunSpec:
         return RunSpec(run_id="r", parent_run_id=None, agent=None, mode="oneshot", metadata={},

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
+from lastword.http.json_input import MAX_EXACT_INT, MIN_EXACT_INT
+from lastword.openapi import DOCUMENT
 from schemathesis.checks import CHECKS
 
-from lastword.json_input import MAX_EXACT_INT, MIN_EXACT_INT
-from lastword.openapi import DOCUMENT
 from tests.api_helpers import serving
 from tests.conftest import BACKENDS
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
-
 from lastword.store.group import MAX_BATCH, GroupWriter
 from lastword.store.tx import Tx
+
 from tests.api_helpers import assert_problem, chunk, create, logged, result, serving
 from tests.servers import ServerProcess
 

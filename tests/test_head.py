@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from lastword.openapi import DOCUMENT
+
 from tests.api_helpers import shared_api, shared_base_url  # noqa: F401
 from tests.builders import create_run
 

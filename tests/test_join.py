@@ -7,8 +7,7 @@ import threading
 from typing import Any
 
 import httpx
-
-from lastword.client import AsyncLastwordClient, LastwordClient
+from lastword.client.core import AsyncLastwordClient, LastwordClient
 
 STOP_REASONS = ["end_turn", "max_tokens", "cancelled", "refusal"]
 NORMALISED = {"end_turn": "completed", "max_tokens": "max_tokens", "cancelled": "cancelled", "refusal": "refusal"}

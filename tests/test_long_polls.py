@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.client.core import AsyncLastwordClient, LastwordClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from lastword.client import AsyncLastwordClient, LastwordClient
 from tests.servers import threaded_server
 
 TRIALS = 200

@@ -13,11 +13,11 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from lastword.cli.demo import run_scenario
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client._transport import Transport
+from mcp.client.streamable_http import streamable_http_client
 
-from lastword.demo import run_scenario
 from tests.servers import threaded_server
 
 pytestmark = pytest.mark.anyio

@@ -13,12 +13,11 @@ def test_openapi_document_has_not_drifted() -> None:
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
-from pydantic import BaseModel, TypeAdapter  # noqa: E402
-
 from lastword import schemas  # noqa: E402
-from lastword.events import IngestEvent  # noqa: E402
 from lastword.openapi import generate  # noqa: E402
-from lastword.stop_reasons import WIRE_VALUES  # noqa: E402
+from lastword.rules.events import IngestEvent  # noqa: E402
+from lastword.rules.stop_reasons import WIRE_VALUES  # noqa: E402
+from pydantic import BaseModel, TypeAdapter  # noqa: E402
 
 METHODS = ("get", "post", "put", "patch", "delete")
 

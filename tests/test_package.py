@@ -9,11 +9,11 @@ SERVER_ONLY = ("fastapi", "uvicorn", "starlette", "psycopg", "psycopg_pool", "sq
 
 
 def test_client_import_pulls_in_no_server_or_driver_module() -> None:
-    """``import lastword.client`` (and the top-level names) loads no web framework or database driver."""
+    """``import lastword.client.core`` (and the top-level names) loads no web framework or database driver."""
     code = (
         "import sys\n"
         "from lastword import LastwordClient, AsyncLastwordClient\n"
-        "import lastword.client\n"
+        "import lastword.client.core\n"
         f"print(','.join(m for m in {SERVER_ONLY!r} if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -23,10 +23,10 @@ def test_client_import_pulls_in_no_server_or_driver_module() -> None:
 def test_top_level_names_are_the_client_classes() -> None:
     """``from lastword import LastwordClient`` gives the client module's class itself."""
     import lastword
-    import lastword.client
+    import lastword.client.core
 
-    assert lastword.LastwordClient is lastword.client.LastwordClient
-    assert lastword.AsyncLastwordClient is lastword.client.AsyncLastwordClient
+    assert lastword.LastwordClient is lastword.client.core.LastwordClient
+    assert lastword.AsyncLastwordClient is lastword.client.core.AsyncLastwordClient
 
 
 def test_python_dash_m_lastword_is_the_command() -> None:

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from lastword.adapters.framing import provider_events
 from lastword.errors import BadRequest, Unprocessable
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from lastword.client.core import AsyncLastwordClient, LastwordClient
 
-from lastword.client import AsyncLastwordClient, LastwordClient
 from tests.api_helpers import logged
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-
 from lastword.settings import Settings
+
 from tests.clock import ManualClock
 from tests.servers import threaded_server
 

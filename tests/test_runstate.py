@@ -1,4 +1,4 @@
-"""The run/turn state machine (lastword.runstate), without a database.
+"""The run/turn state machine (lastword.rules.runstate), without a database.
 
 The rules are applied to records held in memory, as the store would hold them: each operation's
 :class:`Change` is folded into the run the next operation sees. The property test drives random
@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from lastword import runstate
 from lastword.errors import (
     EventIdConflict,
     LastwordError,
@@ -24,9 +22,11 @@ from lastword.errors import (
     RunRunning,
     TurnAlreadyEnded,
 )
-from lastword.fold import TurnFold
-from lastword.records import RunMode, RunRecord, RunSpec, TurnRecord
-from lastword.stop_reasons import WIRE_VALUES, StopReason
+from lastword.rules import runstate
+from lastword.rules.fold import TurnFold
+from lastword.rules.records import RunMode, RunRecord, RunSpec, TurnRecord
+from lastword.rules.stop_reasons import WIRE_VALUES, StopReason
+
 from tests.builders import chunk, turn_end
 
 NOW = 1_700_000_000.0

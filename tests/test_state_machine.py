@@ -29,8 +29,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-
 from lastword.settings import Settings
+
 from tests.builders import message, turn_end
 from tests.reference import expected_output, expected_usage
 from tests.servers import threaded_server

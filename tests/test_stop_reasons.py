@@ -7,9 +7,8 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from lastword import stop_reasons
-from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, WIRE_VALUES, is_error, normalise_stop_reason
+from lastword.rules import stop_reasons
+from lastword.rules.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, WIRE_VALUES, is_error, normalise_stop_reason
 
 # Written out from SPEC §6 rather than imported, so that the module is checked against the contract.
 WIRE = ["completed", "max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]

@@ -8,8 +8,8 @@ import asyncio
 
 import httpx
 import pytest
+from lastword.client.core import AsyncLastwordClient, LastwordAPIError, LastwordClient
 
-from lastword.client import AsyncLastwordClient, LastwordAPIError, LastwordClient
 from tests.test_pusher import Counting, chunk_texts
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.cli.demo import run_scenario
+from lastword.telemetry import enabled
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -20,8 +22,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from lastword.demo import run_scenario
-from lastword.telemetry import enabled
 from tests.servers import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow

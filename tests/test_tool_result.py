@@ -1,4 +1,4 @@
-"""The parent model's tool result (SPEC §9 "The tool result"), through ``lastword.tool_result.tool_result``."""
+"""The parent model's tool result (SPEC §9 "The tool result"), through ``lastword.rules.tool_result.tool_result``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lastword.rules.fold import final_assistant_output
+from lastword.rules.tool_result import NO_TEXT_OUTPUT, tool_result
 
-from lastword.fold import final_assistant_output
-from lastword.tool_result import NO_TEXT_OUTPUT, tool_result
 from tests.builders import text
 
 NOT_COMPLETED = ["max_tokens", "max_turns", "refusal", "cancelled", "error", "timeout"]

@@ -1,4 +1,4 @@
-"""The provider-safe transcript (SPEC §12), through ``lastword.transcript`` only.
+"""The provider-safe transcript (SPEC §12), through ``lastword.rules.transcript`` only.
 
 Examples pin each conversion; the property test generates logs from every kind of event and
 block the SPEC allows and checks every invariant on both formats, that each left-out piece is
@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from lastword.fold import BOOKKEEPING_BLOCK_TYPES, final_assistant_output, is_substantive
-from lastword.transcript import (
+from lastword.rules.fold import BOOKKEEPING_BLOCK_TYPES, final_assistant_output, is_substantive
+from lastword.rules.transcript import (
     ANTHROPIC_BLOCK_TYPES,
     ANTHROPIC_RESULT_BLOCK_TYPES,
     EMPTY_RESULT_TEXT,
@@ -26,6 +25,7 @@ from lastword.transcript import (
     LoggedEvent,
     transcript,
 )
+
 from tests.transcript_checks import CHECKS, check_anthropic, check_openai, visible
 
 Event = dict[str, Any]

@@ -7,9 +7,8 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from lastword.errors import InvalidWebhook
-from lastword.webhooks import (
+from lastword.webhooks.rules import (
     MAX_RETRY_DELAY_SECONDS,
     allowed_host_patterns,
     check_webhook,

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from lastword.client import AsyncLastwordClient, LastwordAPIError, LastwordClient, StreamMessage
+    from lastword.client.core import AsyncLastwordClient, LastwordAPIError, LastwordClient, StreamMessage
 
 __all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "StreamMessage", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__ and name != "__version__":
-        from lastword import client
+        from lastword.client import core as client
 
         return getattr(client, name)
     raise AttributeError(f"module 'lastword' has no attribute {name!r}")

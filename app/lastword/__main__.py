@@ -1,5 +1,5 @@
 """``python -m lastword`` is the ``lastword`` command."""
-from lastword.cli import main
+from lastword.cli.commands import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -23,15 +23,6 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match, Route
 
 from lastword import __version__
-from lastword.access import AccessControl
-from lastword.delivery import WebhookSender
-from lastword.head import HeadAsGet
-from lastword.logs import RequestLog
-from lastword.mcp_mount import McpMount
-from lastword.api import event_schema_components
-from lastword.api_docs import document
-from lastword.api import router as api_router
-from lastword.dashboard import router as dashboard_router
 from lastword.errors import (
     PROBLEM_JSON,
     HttpError,
@@ -42,17 +33,25 @@ from lastword.errors import (
     Unprocessable,
     problem_json,
 )
-from lastword.hub import Hub
+from lastword.factory import open_fanout, open_store
+from lastword.fanout.hub import Hub
+from lastword.http.access import AccessControl
+from lastword.http.api import event_schema_components
+from lastword.http.api import router as api_router
+from lastword.http.api_docs import document
+from lastword.http.dashboard import router as dashboard_router
+from lastword.http.head import HeadAsGet
+from lastword.http.logs import RequestLog
+from lastword.http.mcp_mount import McpMount
+from lastword.http.streams import router as stream_router
 from lastword.metrics import Metrics
+from lastword.rules.records import TurnRecord
 from lastword.schemas import Health, Problem
 from lastword.service import RunService
 from lastword.settings import Settings
-from lastword.records import TurnRecord
-from lastword.store import open_store
 from lastword.telemetry import open_turn_spans, run_or_none
-from lastword.store.factory import open_fanout
-from lastword.streams import router as stream_router
-from lastword.webhooks import allowed_host_patterns
+from lastword.webhooks.rules import allowed_host_patterns
+from lastword.webhooks.sender import WebhookSender
 
 log = logging.getLogger("lastword")
 
@@ -92,7 +91,7 @@ def _install_error_handlers(app: FastAPI) -> None:
                        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                               for route in request.app.router.routes)}
             if "GET" in methods:
-                methods.add("HEAD")  # lastword.head answers HEAD wherever GET is served
+                methods.add("HEAD")  # lastword.http.head answers HEAD wherever GET is served
             if methods:
                 response.headers["Allow"] = ", ".join(sorted(methods))
         return response

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lastword.ids import RUN_ID_PATTERN
-from lastword.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
-from lastword.records import RunMode, RunStatus
-from lastword.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
+from lastword.rules.ids import RUN_ID_PATTERN
+from lastword.rules.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
+from lastword.rules.records import RunMode, RunStatus
+from lastword.rules.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
 class _Strict(BaseModel):

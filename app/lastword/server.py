@@ -177,7 +177,7 @@ def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time
         "port": settings.port,
         "http": protocol,
         "log_level": settings.log_level,
-        "log_config": None,  # keep the JSON handlers configured by lastword.logs
+        "log_config": None,  # keep the JSON handlers configured by lastword.http.logs
         "access_log": False,  # lastword's own request log leaves query strings (tokens) out
         "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
         "lifespan": "on",

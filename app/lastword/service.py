@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 
-from lastword.errors import Conflict, NoticesUnavailable, NotFound, TurnNotFound
-from lastword.fanout import Fanout
-from lastword.hub import Hub, Subscription
-from lastword.ids import new_run_id
+from lastword.errors import Conflict, NotFound, NoticesUnavailable, TurnNotFound
+from lastword.fanout.hub import Hub, Subscription
+from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
-from lastword.records import (
+from lastword.rules.ids import new_run_id
+from lastword.rules.records import (
     AppendOutcome,
     Delivery,
     EndOutcome,
@@ -31,12 +31,12 @@ from lastword.records import (
     TurnRecord,
     WebhookTarget,
 )
+from lastword.rules.stop_reasons import StopReason
+from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcript
 from lastword.schemas import RunCreate
-from lastword.stop_reasons import StopReason
-from lastword.store.base import Store
-from lastword.webhooks import check_webhook
 from lastword.store import forks
-from lastword.transcript import Format, LoggedEvent, Transcript, transcript
+from lastword.store.base import Store
+from lastword.webhooks.rules import check_webhook
 
 log = logging.getLogger("lastword")
 

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lastword.limits import MAX_LEASE_SECONDS
+from lastword.rules.limits import MAX_LEASE_SECONDS
 
 
 class Settings(BaseSettings):

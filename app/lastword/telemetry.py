@@ -3,7 +3,7 @@
 Telemetry was the fourth place the original failure reached: a span made from "the last
 assistant message" carried the empty usage record, not the child's partial answer. Here the span
 is made from the ``subagent/end`` event itself, whose ``lastAssistantMessage`` is the selected
-output (``lastword.fold``), so the span cannot disagree with the result.
+output (``lastword.rules.fold``), so the span cannot disagree with the result.
 
 Choices made here, for the reader who wonders why:
 
@@ -56,8 +56,8 @@ from opentelemetry.trace import (
 )
 
 from lastword.errors import Gone, NotFound
-from lastword.records import RunRecord, StoredEvent, TurnRecord
-from lastword.tool_result import headline
+from lastword.rules.records import RunRecord, StoredEvent, TurnRecord
+from lastword.rules.tool_result import headline
 
 log = logging.getLogger("lastword")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of, with_id
-from lastword.stop_reasons import normalise_stop_reason
+from lastword.rules.stop_reasons import normalise_stop_reason
 
 _CHUNKS = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+
 # httpx-sse's own incremental decoders, driven piece by piece: its public ``EventSource``
 # wants an ``httpx.Response``, and wrapping the body in one cost a sixth of the adapter's time
 # (a chain of async generators per line). The version is pinned below 0.5 in pyproject.toml.

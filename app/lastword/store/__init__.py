@@ -1,4 +1,6 @@
-"""Durable storage of runs, turns and event logs: one contract, SQLite and PostgreSQL backends."""
+"""Durable storage of runs, turns and event logs: one contract, SQLite and PostgreSQL backends.
+
+The backend is chosen by :func:`lastword.factory.open_store` (the composition root), not here."""
 
 from lastword.store.base import (
     AppendOutcome,
@@ -9,7 +11,6 @@ from lastword.store.base import (
     StoredEvent,
     TurnRecord,
 )
-from lastword.store.factory import open_store
 
 __all__ = [
     "AppendOutcome",
@@ -19,5 +20,4 @@ __all__ = [
     "Store",
     "StoredEvent",
     "TurnRecord",
-    "open_store",
 ]

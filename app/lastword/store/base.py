@@ -1,4 +1,4 @@
-"""The storage contract every backend meets (the records it hands out are :mod:`lastword.records`).
+"""The storage contract every backend meets (the records it hands out are :mod:`lastword.rules.records`).
 
 A store owns the durable log and the folds of open turns: every operation that changes a run
 runs in one database transaction, holding the run's row lock, so that ``seq`` is assigned
@@ -11,10 +11,10 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from lastword.records import (
+from lastword.rules.records import (
+    AppendOutcome,
     Delivery,
     DeliveryJob,
-    AppendOutcome,
     EndOutcome,
     RunRecord,
     RunSpec,
@@ -22,7 +22,7 @@ from lastword.records import (
     StoredEvent,
     TurnRecord,
 )
-from lastword.stop_reasons import StopReason
+from lastword.rules.stop_reasons import StopReason
 
 __all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "StoredEvent", "TurnRecord"]
 

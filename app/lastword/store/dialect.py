@@ -13,7 +13,7 @@ class Dialect(Protocol):
     #: Appended to a ``SELECT`` of a run that is about to change (PostgreSQL: ``FOR UPDATE``).
     lock_clause: str
     #: Whether a write returns the chunks it stored for the service to publish (SQLite). PostgreSQL's
-    #: replicas publish from commit notices and read the chunks from the log (lastword.fanout).
+    #: replicas publish from commit notices and read the chunks from the log (lastword.fanout.local).
     returns_chunks: bool
 
     def match_ids(self, count: int) -> str:

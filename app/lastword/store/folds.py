@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from lastword.fold import JOIN_STOPPING_TYPES, TurnFold
-from lastword.records import RunRecord
+from lastword.rules.fold import JOIN_STOPPING_TYPES, TurnFold
+from lastword.rules.records import RunRecord
 from lastword.store.rows import FOLD_EVENT_TYPES, loads
 from lastword.store.tx import Tx
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from lastword.errors import ForkAfterSeqOutOfRange, ForkParentNotFound
-from lastword.records import StoredEvent
+from lastword.rules.records import StoredEvent
 from lastword.store.rows import loads
 
 #: The events a transcript is made of; nothing else of a parent's log is needed by a fork.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lastword.records import Delivery, DeliveryJob, WebhookTarget
+from lastword.rules.records import Delivery, DeliveryJob, WebhookTarget
 from lastword.store.rows import dumps, loads
 from lastword.store.tx import Tx
 

@@ -1,6 +1,6 @@
 """The PostgreSQL backend: several replicas on one database.
 
-The logic is :mod:`lastword.store.sql`'s and :mod:`lastword.runstate`'s, unchanged; this module
+The logic is :mod:`lastword.store.sql`'s and :mod:`lastword.rules.runstate`'s, unchanged; this module
 brings what only PostgreSQL does:
 
 * **Order per run.** Every change to a run starts with ``SELECT … FOR UPDATE`` on its row, so
@@ -15,7 +15,7 @@ brings what only PostgreSQL does:
 * **Notices.** Inside the writing transaction a ``pg_notify`` names the run, the ``seq`` range
   and the feed id it committed (a few hundred bytes, far below the 8000-byte limit). PostgreSQL
   delivers it to every listening replica when, and only if, the transaction commits, in commit
-  order; :mod:`lastword.notify` listens and the service reads what it needs from the log.
+  order; :mod:`lastword.fanout.notify` listens and the service reads what it needs from the log.
 * **Schema at start-up** under an advisory lock, so replicas that start together create or
   upgrade it one after the other.
 
@@ -44,7 +44,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
-from lastword.notify import Notice
+from lastword.fanout.notify import Notice
 from lastword.store import forks
 from lastword.store.migrations import upgrade_schema
 from lastword.store.rows import EVENT_COLUMNS

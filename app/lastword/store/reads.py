@@ -5,13 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lastword import lifecycle
 from lastword.errors import RunDeleted, RunNotFound, TurnNotFound
-from lastword.records import RunRecord, RunStatus, StoredEvent, TurnRecord
-from lastword.stop_reasons import StopReason
+from lastword.rules import lifecycle
+from lastword.rules.records import RunRecord, RunStatus, StoredEvent, TurnRecord
+from lastword.rules.stop_reasons import StopReason
 from lastword.store.dialect import Dialect
 from lastword.store.retention import deleted_at
-from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, event_from_row, loads, run_from_row, turn_from_row
+from lastword.store.rows import (
+    EVENT_COLUMNS,
+    RUN_COLUMNS,
+    TURN_COLUMNS,
+    event_from_row,
+    loads,
+    run_from_row,
+    turn_from_row,
+)
 from lastword.store.tx import Tx
 
 #: Most runs one sweep ends; the next sweep takes the rest.

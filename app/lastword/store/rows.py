@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from lastword.records import RunRecord, StoredEvent, TurnRecord
+from lastword.rules.records import RunRecord, StoredEvent, TurnRecord
 
 RUN_COLUMNS = (
     "pk, run_id, parent_run_id, agent, mode, metadata, lease_seconds, spec, status, turn, "

@@ -2,7 +2,7 @@
 
 Each write is one transaction that a backend runs in a worker thread: read the run under its
 row lock (and the open turn's fold under its lock, :mod:`lastword.store.folds`), ask the run
-state machine (:mod:`lastword.runstate`) what changes, persist that (:mod:`lastword.store.writes`).
+state machine (:mod:`lastword.rules.runstate`) what changes, persist that (:mod:`lastword.store.writes`).
 This module decides nothing about runs or turns; it sequences reads, decisions and writes.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from lastword import runstate
-from lastword.records import (
+from lastword.rules import runstate
+from lastword.rules.records import (
     AppendOutcome,
     Delivery,
     DeliveryJob,
@@ -26,8 +26,8 @@ from lastword.records import (
     StoredEvent,
     TurnRecord,
 )
-from lastword.runstate import Change
-from lastword.stop_reasons import StopReason
+from lastword.rules.runstate import Change
+from lastword.rules.stop_reasons import StopReason
 from lastword.store import forks, outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FoldCache, FoldSlot, caught_up

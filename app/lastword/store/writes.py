@@ -1,4 +1,4 @@
-"""Persisting a :class:`lastword.runstate.Change`: the rows it adds and updates, as it says.
+"""Persisting a :class:`lastword.rules.runstate.Change`: the rows it adds and updates, as it says.
 
 Nothing here decides: the run state machine did. Events are stored in ``seq`` order: the
 ingested ones in one batch (the dialect may use COPY), then the lifecycle ones one by one with
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lastword.lifecycle import LIFECYCLE_TYPES
-from lastword.records import RunRecord, StoredEvent
-from lastword.runstate import Appended, Change, NewEvent
-from lastword.webhooks import payload, webhook_id
+from lastword.rules.lifecycle import LIFECYCLE_TYPES
+from lastword.rules.records import RunRecord, StoredEvent
+from lastword.rules.runstate import Appended, Change, NewEvent
 from lastword.store import outbox
 from lastword.store.dialect import Dialect
 from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
 from lastword.store.tx import Tx
+from lastword.webhooks.rules import payload, webhook_id
 
 #: Events the service hands to its live subscribers after a commit.
 LIVE_TYPES = frozenset({"assistant/chunk"}) | LIFECYCLE_TYPES

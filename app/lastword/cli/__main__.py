@@ -1,0 +1,6 @@
+"""``python -m lastword.cli`` is the ``lastword`` command."""
+
+from lastword.cli.commands import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,320 @@
+"""The ``lastword`` command.
+
+``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
+client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``audit``
+reports what its runs' transcripts had to repair; ``demo`` plays a scripted child.
+
+A refusal by the service or a service that cannot be reached is one line on stderr and an
+exit status (see ``EXIT_STATUSES``), never a traceback: the command is used from scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import gc
+import io
+import json
+import os
+import signal
+import sys
+from typing import Any, cast
+
+import httpx
+
+from lastword import __version__
+from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.settings import Settings
+
+#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means.
+EXIT_STATUSES = {
+    0: "done",
+    1: "the service refused the request (the line says its status and problem code)",
+    2: "bad command line or input",
+    3: "result --tool: the turn is still running",
+    4: "the service cannot be reached",
+    130: "interrupted",
+}
+REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
+#: Requests are retried a few times only: a command says soon that the service is not there.
+CLI_RETRIES = 2
+#: A ``tail`` that was following a stream waits out a server restart of any length.
+TAIL_RECONNECTS = 1_000_000
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from lastword.http.logs import configure_logging
+    from lastword.server import LastwordServer, uvicorn_config
+
+    settings = Settings()
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    settings = settings.model_copy(update=overrides)
+    configure_logging(settings.log_level)
+    server = LastwordServer(uvicorn_config(settings))
+    # Everything imported and built so far lives as long as the process: moving it out of the
+    # collector's sight makes each collection (frequent under ingest) scan only new objects.
+    gc.collect()
+    gc.freeze()
+    # uvicorn handles SIGTERM (drains, then closes the store) and afterwards raises the signal
+    # again with the handler it found in place. With the default one the process would die of
+    # it (status 143 in a container, "exited with an error" to an orchestrator); with this one
+    # a shutdown that went well ends with status 0. A SIGTERM before uvicorn took over also
+    # ends the process cleanly: nothing has been served yet.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    server.run()
+    return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from lastword.cli.demo import SCENARIOS, run_scenario
+
+    if args.scenario not in SCENARIOS:
+        print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    try:
+        run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
+    except httpx.HTTPStatusError as error:
+        detail = error.response.text.strip() or error.response.reason_phrase
+        print(f"lastword demo: {error.request.method} {error.request.url} answered "
+              f"{error.response.status_code}: {detail}", file=sys.stderr)
+        return REFUSED
+    print(run_id)
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import time
+
+    from lastword.cli.audit import audit_runs, report_lines
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
+            audits = audit_runs(client, since_hours=args.since, now=time.time())
+    except httpx.HTTPStatusError as error:
+        print(f"lastword audit: {error.request.method} {error.request.url} answered "
+              f"{error.response.status_code}: {error.response.text.strip()}", file=sys.stderr)
+        return REFUSED
+    if args.json:
+        print(json.dumps([
+            {"runId": a.run_id, "agent": a.agent, "status": a.status,
+             "formats": {name: {"omitted": dict(t.omitted), "inserted": dict(t.inserted)}
+                         for name, t in a.formats.items()}}
+            for a in audits
+        ], indent=2))
+        return 0
+    for line in report_lines(audits, args.since):
+        print(line)
+    return 0
+
+
+def _client(args: argparse.Namespace, reconnects: int | None = None) -> LastwordClient:
+    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with _client(args, reconnects=TAIL_RECONNECTS) as client:
+        if args.run is None:
+            messages = client.stream_all(parent_run_id=args.parent)
+        else:
+            messages = client.stream(args.run, include_chunks=True)
+        try:
+            for message in messages:
+                data = message.data
+                if message.event == "assistant/chunk":
+                    delta = data.get("delta", {})
+                    if delta.get("type") == "text":
+                        out.write(delta.get("text", ""))
+                        out.flush()
+                elif message.event == "run/snapshot":
+                    result = data["result"]
+                    out.write(f"[{data['run']['runId']}] turn {result['turn']} {result['status']}\n")
+                elif message.event == "subagent/start":
+                    out.write(f"[{data['runId']}] start turn {data['turn']} agent={data.get('agent', '-')}\n")
+                elif message.event == "subagent/end":
+                    out.write(f"\n[{data['runId']}] end turn {data['turn']}: {data['stopReason']}\n")
+                elif message.event == "run/closed":
+                    out.write(f"[{data['runId']}] closed\n")
+                out.flush()
+        except KeyboardInterrupt:
+            return INTERRUPTED
+    return 0
+
+
+def _result(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.tool:
+            tool = client.tool_result(args.run, wait=args.wait or 0.0)
+            if tool is None:
+                print("the turn is still running", file=sys.stderr)
+                return 3
+            print(tool.model_dump_json(indent=2))
+            return 0
+        if args.wait is not None:
+            result = client.wait_result(args.run, timeout=args.wait)
+        else:
+            result = client.result(args.run)
+        print(result.model_dump_json(indent=2, exclude_none=True))
+    return 0
+
+
+def _push(args: argparse.Namespace) -> int:
+    stdin = cast(io.BufferedReader, sys.stdin.buffer)  # read1: whatever has arrived, up to the size
+    with _client(args) as client:
+        if args.text:
+            # A character split between two reads is completed by the next one.
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            total = 0
+            while piece := stdin.read1(65536):
+                text = decoder.decode(piece)
+                if text:
+                    total += client.push_text(args.run, text).accepted
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                total += client.push_text(args.run, tail).accepted
+            print(f"accepted {total}")
+            return 0
+        batch: list[dict[str, Any]] = []
+        accepted = duplicates = 0
+        for number, line in enumerate(stdin, start=1):
+            if not line.strip():
+                continue
+            try:
+                batch.append(json.loads(line))
+            except ValueError as error:
+                print(f"line {number}: not JSON: {error}", file=sys.stderr)
+                return 2
+            if len(batch) >= args.batch:
+                answer = client.push_events(args.run, batch)
+                accepted, duplicates, batch = accepted + answer.accepted, duplicates + answer.duplicates, []
+        if batch:
+            answer = client.push_events(args.run, batch)
+            accepted, duplicates = accepted + answer.accepted, duplicates + answer.duplicates
+        print(f"accepted {accepted}, duplicates {duplicates}")
+    return 0
+
+
+def _add_remote(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
+                        help="the service's base URL (default: $LASTWORD_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--token", default=os.environ.get("LASTWORD_TOKEN"),
+                        help="bearer token (default: $LASTWORD_TOKEN)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lastword",
+        description="Keeps a subagent's last word.",
+        epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"lastword {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the service",
+        description="Run the HTTP service. Configuration comes from LASTWORD_* variables.",
+        epilog="example: LASTWORD_PORT=8080 lastword serve",
+    )
+    serve.add_argument("--host", help="overrides LASTWORD_HOST")
+    serve.add_argument("--port", type=int, help="overrides LASTWORD_PORT")
+    serve.set_defaults(handler=_serve)
+
+    from lastword.cli.demo import SCENARIOS
+
+    demo = commands.add_parser(
+        "demo",
+        help="play a scripted child run against a running service",
+        description="Drive a running service over HTTP as a child runtime would; prints the run id.",
+        epilog="example: lastword demo max-tokens-partial --url http://127.0.0.1:8000",
+    )
+    demo.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO",
+                      help="one of: " + ", ".join(sorted(SCENARIOS)))
+    demo.add_argument("--run-id", help="play into this run (created if it does not exist) instead of a new one")
+    _add_remote(demo)
+    demo.set_defaults(handler=_demo)
+
+    tail = commands.add_parser(
+        "tail",
+        help="follow one run or every run in the terminal",
+        description="Follow a run: its start, its live text, its end with the stop reason. "
+        "Without RUN, follow every run's starts and ends.",
+        epilog="examples: lastword tail 01J9Z3...   |   lastword tail --parent parent-run-id",
+    )
+    tail.add_argument("run", nargs="?", metavar="RUN", help="the run to follow (default: all runs)")
+    tail.add_argument("--parent", help="with no RUN: only children of this run")
+    _add_remote(tail)
+    tail.set_defaults(handler=_tail)
+
+    result = commands.add_parser(
+        "result",
+        help="print a run's result (or its tool result)",
+        description="Print the latest turn's SubagentResult as JSON; --wait blocks until the turn ends.",
+        epilog="example: lastword result 01J9Z3... --wait 60",
+    )
+    result.add_argument("run", metavar="RUN")
+    result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
+    result.add_argument("--tool", action="store_true", help="print the parent model's tool result instead")
+    _add_remote(result)
+    result.set_defaults(handler=_result)
+
+    push = commands.add_parser(
+        "push",
+        help="push NDJSON events or plain text from stdin into a run",
+        description="Read NDJSON events (one per line) from stdin and append them in batches; "
+        "with --text, append stdin as bare chunk text. Events get eventIds, so retries are safe.",
+        epilog="examples: lastword push RUN < events.ndjson   |   echo hello | lastword push RUN --text",
+    )
+    push.add_argument("run", metavar="RUN")
+    push.add_argument("--text", action="store_true", help="stdin is plain text, not NDJSON events")
+    push.add_argument("--batch", type=int, default=1000, help="events per request (default 1000)")
+    _add_remote(push)
+    push.set_defaults(handler=_push)
+
+    audit = commands.add_parser(
+        "audit",
+        help="report what the provider-safe transcript had to omit or repair, per run",
+        description="Read the runs created in the last HOURS through the API and report, per run and "
+        "format, what GET /v1/runs/{id}/messages left out (empty messages, blank text, unsigned "
+        "reasoning, unknown results, ...) and what it added (answers to interrupted tool calls, ...).",
+        epilog="example: lastword audit --url http://127.0.0.1:8000 --since 6",
+    )
+    audit.add_argument("--since", type=float, default=24.0, metavar="HOURS",
+                       help="audit runs created in the last HOURS hours (default 24)")
+    audit.add_argument("--json", action="store_true", help="print the counts as JSON instead")
+    _add_remote(audit)
+    audit.set_defaults(handler=_audit)
+    return parser
+
+
+def _problem_line(error: LastwordAPIError) -> str:
+    detail = error.problem.get("detail") or error.problem.get("title") or ""
+    return f"{error.status} {error.code}" + (f": {detail}" if detail else "")
+
+
+def _unreachable_line(url: str, error: httpx.TransportError) -> str:
+    reason = str(error) or type(error).__name__
+    return f"cannot reach the service at {url}: {reason}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except LastwordAPIError as error:
+        print(f"lastword {args.command}: {_problem_line(error)}", file=sys.stderr)
+        return REFUSED
+    except httpx.TransportError as error:
+        print(f"lastword {args.command}: {_unreachable_line(args.url, error)}", file=sys.stderr)
+        return UNREACHABLE
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

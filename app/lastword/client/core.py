@@ -1,0 +1,760 @@
+"""Clients for parent agents and child runtimes: :class:`LastwordClient` and :class:`AsyncLastwordClient`.
+
+Both share one core (:class:`_Core`): every method's request is a :class:`_Call` the core
+builds, with the function that decodes its answer; the long polls of ``wait_result`` and
+``join`` are a :class:`_Wait` and a :class:`_Join` and a stream's resume bookkeeping a
+:class:`_Resume`, all beside the core. The two
+classes only send and receive, one with blocking I/O and one awaiting it, so they cannot drift
+apart (a test compares their public methods). The transport is injectable (``transport=``), as
+in httpx.
+
+Retries are safe because nothing is ever sent twice under a new identity: events get an
+``eventId`` before the first attempt (a retried batch is counted as duplicates, not stored
+twice), runs get a ``runId`` before the first attempt (a retried create answers 200 with the
+same run), and ending a turn is idempotent on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+import orjson
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
+from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
+from lastword.rules.ids import new_run_id
+from lastword.rules.lifecycle import closes_run_stream
+from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
+
+__all__ = [
+    "AsyncLastwordClient",
+    "LastwordAPIError",
+    "LastwordClient",
+    "StreamMessage",
+]
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+#: Streams wait for their next message as long as it takes (keep-alives arrive meanwhile).
+STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
+#: ``wait_result`` asks for at most this long per request, so a connection that died silently
+#: is noticed within a minute, whatever the caller's ``timeout``.
+WAIT_PER_REQUEST = 60.0
+
+
+class LastwordAPIError(Exception):
+    """The service answered with a problem document (or another non-2xx answer)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.code = str(problem.get("code", "http_error"))
+        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
+
+
+class _Retryable(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"{response.status_code} from {response.request.url}")
+        self.response = response
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    """One SSE message: ``id`` resumes the stream, ``event`` is its type, ``data`` its body."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    """One request and how to read its answer: what both clients send for one method."""
+
+    method: str
+    path: str
+    answer: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    #: A raw body (bytes, or an iterable of pieces streamed once) and its headers.
+    content: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The request's time-out; None: the client's own.
+    timeout: float | None = None
+
+    @property
+    def retriable(self) -> bool:
+        """A streamed body cannot be sent twice."""
+        return self.content is None or isinstance(self.content, bytes)
+
+    def options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"params": self.params}
+        if self.json is not None:
+            options["json"] = self.json
+        if self.content is not None:
+            options["content"] = self.content
+        if self.headers:
+            options["headers"] = self.headers
+        if self.timeout is not None:
+            options["timeout"] = self.timeout
+        return options
+
+
+#: What ``push_provider_stream`` takes: a whole body (bytes or str, sent as is and retried on
+#: failure), or an iterable of provider events (dicts or SDK models, sent as NDJSON) or of raw
+#: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed once; the async
+#: client also takes async iterables of either.
+ProviderBody = bytes | str | Iterable[Any] | AsyncIterable[Any]
+
+
+def _event_json(event: Any) -> bytes:
+    """One provider event as NDJSON: a dict, or an SDK model serialised as its SDK does."""
+    if hasattr(event, "to_dict"):  # the anthropic and openai SDKs' models
+        event = event.to_dict()
+    elif isinstance(event, BaseModel):  # e.g. agent-client-protocol's schema models
+        event = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return orjson.dumps(event) + b"\n"
+
+
+def _encode(item: Any) -> bytes:
+    return item if isinstance(item, bytes) else item.encode() if isinstance(item, str) else _event_json(item)
+
+
+def _sniff(body: bytes) -> str:
+    """The content type of a whole body: a JSON array, NDJSON, or (otherwise) SSE."""
+    head = body.lstrip()[:1]
+    return {b"[": "application/json", b"{": "application/x-ndjson"}.get(head, "text/event-stream")
+
+
+def _kind_of(first: Any) -> str:
+    """An iterable's content type, from its first item: raw pieces are SSE, events NDJSON."""
+    return "text/event-stream" if isinstance(first, (bytes, str)) else "application/x-ndjson"
+
+
+def _pieces(items: Iterable[Any]) -> tuple[Iterator[bytes], str]:
+    iterator = iter(items)
+    first = next(iterator, None)
+
+    def pieces() -> Iterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        for item in iterator:
+            yield _encode(item)
+
+    return pieces(), _kind_of(first)
+
+
+async def _apieces(items: AsyncIterable[Any]) -> tuple[AsyncIterator[bytes], str]:
+    iterator = aiter(items)
+    first = await anext(iterator, None)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield _encode(first)
+        async for item in iterator:
+            yield _encode(item)
+
+    return pieces(), _kind_of(first)
+
+
+async def _async_of(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+def _decoder(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: _Core.decode(response, model)
+
+
+def _tool_result_or_none(response: httpx.Response) -> ToolResult | None:
+    return None if response.status_code == 202 else _Core.decode(response, ToolResult)
+
+
+def _turn_params(turn: int | None) -> dict[str, Any]:
+    return {"turn": turn} if turn else {}
+
+
+class _Core:
+    """Everything the two clients share: requests, answers, retries, time-outs."""
+
+    def __init__(
+        self, token: str | None, retries: int, backoff: float, timeout: float, reconnects: int | None
+    ) -> None:
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self.reconnects = retries if reconnects is None else reconnects
+
+    def retry_policy(self) -> dict[str, Any]:
+        return {
+            "stop": stop_after_attempt(self.retries + 1),
+            "wait": wait_random_exponential(multiplier=self.backoff, max=5.0),
+            "retry": retry_if_exception(lambda e: isinstance(e, (httpx.TransportError, _Retryable))),
+            "reraise": True,
+        }
+
+    def long_poll_timeout(self, wait: float) -> float:
+        """A request the server may hold ``wait`` seconds gets that long plus the usual time-out."""
+        return wait + self.timeout
+
+    # The requests, one per public method.
+
+    def create_run(self, run_id: str | None, fields: Mapping[str, Any]) -> _Call[Run]:
+        body = {key: value for key, value in fields.items() if value is not None}
+        body["runId"] = run_id or new_run_id()  # chosen before the first attempt: retries are safe
+        return _Call("POST", "/v1/runs", _decoder(Run), json=body)
+
+    def get_run(self, run_id: str) -> _Call[Run]:
+        return _Call("GET", f"/v1/runs/{run_id}", _decoder(Run))
+
+    def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> _Call[AppendResult]:
+        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=with_event_ids(events))
+
+    def push_ndjson(self, run_id: str, body: Any) -> _Call[AppendResult]:
+        """Events as NDJSON lines from ``body`` (an iterable of pieces, streamed once)."""
+        return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), content=body,
+                     headers={"content-type": "application/x-ndjson"})
+
+    def push_text(self, run_id: str, text: str, event_id: str | None) -> _Call[AppendResult]:
+        body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
+        return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), json=body)
+
+    def end(self, run_id: str, stop_reason: str, error: Any, cascade: bool) -> _Call[SubagentResult]:
+        body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
+        if error is not None:
+            body["error"] = error
+        return _Call("POST", f"/v1/runs/{run_id}/end", _decoder(SubagentResult), json=body)
+
+    def result(self, run_id: str, turn: int | None, wait: float | None = None) -> _Call[SubagentResult]:
+        if wait is None:
+            return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult), params=_turn_params(turn))
+        return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult),
+                     params={"wait": wait, **_turn_params(turn)}, timeout=self.long_poll_timeout(wait))
+
+    def tool_result(self, run_id: str, turn: int | None, wait: float) -> _Call[ToolResult | None]:
+        params: dict[str, Any] = {"wait": wait, **_turn_params(turn)}
+        return _Call("GET", f"/v1/runs/{run_id}/tool-result", _tool_result_or_none, params=params,
+                     timeout=self.long_poll_timeout(wait))
+
+    def push_provider_stream(
+        self, run_id: str, format: str, body: Any, kind: str, end: bool, idempotency_key: str | None
+    ) -> _Call[IngestResult]:
+        """An ingest of a provider's own stream (SPEC §13); ``body`` is bytes or pieces.
+
+        An ACP stream has no ids of its own, so it gets an ``Idempotency-Key`` before the first
+        attempt, as events get ``eventId``s: a retried body is then counted as duplicates.
+        """
+        headers = {"content-type": kind}
+        if idempotency_key is None and format == "acp":
+            idempotency_key = uuid.uuid4().hex
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult),
+                     params={"end": "true" if end else "false"}, content=body, headers=headers)
+
+    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
+                     params={"wait": wait, "any": "true" if any_child else "false"},
+                     timeout=self.long_poll_timeout(wait))
+
+    @staticmethod
+    def check(response: httpx.Response) -> httpx.Response:
+        if response.status_code in RETRIED_STATUSES:
+            raise _Retryable(response)
+        return response
+
+    @staticmethod
+    def decode(response: httpx.Response, model: type[M]) -> M:
+        if response.is_error:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"detail": response.text}
+            raise LastwordAPIError(response.status_code, problem)
+        return model.model_validate(response.json())
+
+    # Streams.
+
+    def run_stream(self, run_id: str, include_chunks: bool, after: int | None) -> _Stream:
+        params = {"include": "chunks"} if include_chunks else {}
+        return _Stream(f"/v1/runs/{run_id}/stream", params, self._resume(after))
+
+    def firehose(self, parent_run_id: str | None, after: int | None) -> _Stream:
+        params = {"parentRunId": parent_run_id} if parent_run_id else {}
+        return _Stream("/v1/stream", params, self._resume(after))
+
+    def _resume(self, after: int | None) -> _Resume:
+        return _Resume(after, self.retries, self.reconnects, self.backoff)
+
+
+class _Wait:
+    """The long poll of ``wait_result``: one request after another until the turn ends or the
+    caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
+
+    def __init__(self, core: _Core, run_id: str, timeout: float, turn: int | None) -> None:
+        self._core = core
+        self._run_id = run_id
+        self._deadline = time.monotonic() + timeout
+        self._turn = turn
+        self._wait = 0.0
+
+    def next_call(self) -> _Call[SubagentResult]:
+        self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
+        return self._core.result(self._run_id, self._turn, self._wait)
+
+    def finished(self, result: SubagentResult) -> bool:
+        # Without a turn asked for, the next polls ask for the turn the first answer was about:
+        # a continuable run's next turn must not replace the one the caller is waiting for.
+        if self._turn is None:
+            self._turn = result.turn
+        return result.status == "ended" or self._wait <= 0
+
+
+class _Join:
+    """The long poll of ``join``: one request after another until the children are done or the
+    caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
+
+    def __init__(self, core: _Core, run_id: str, timeout: float, any_child: bool) -> None:
+        self._core = core
+        self._run_id = run_id
+        self._deadline = time.monotonic() + timeout
+        self._any_child = any_child
+        self._wait = 0.0
+
+    def next_call(self) -> _Call[ChildrenJoin]:
+        self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
+        return self._core.join(self._run_id, self._wait, self._any_child)
+
+    def finished(self, joined: ChildrenJoin) -> bool:
+        return joined.done or self._wait <= 0
+
+
+class _Resume:
+    """Where a stream stands, so that a reconnect continues right after the last message."""
+
+    def __init__(self, after: int | None, retries: int, reconnects: int, backoff: float) -> None:
+        self.last = after
+        #: Whether a connection was ever opened: before that, failing to connect is an error to
+        #: report soon (``retries``); after it, a server restart to wait out (``reconnects``).
+        self.opened = False
+        self._failures = 0
+        self._retries = retries
+        self._reconnects = reconnects
+        self._backoff = backoff
+
+    def headers(self) -> dict[str, str]:
+        return {"Last-Event-ID": str(self.last)} if self.last is not None else {}
+
+    def take(self, event: ServerSentEvent) -> StreamMessage | None:
+        """The message an SSE event carries; None for one without an id (``server/reconnect``)."""
+        if not event.id:
+            return None
+        message = StreamMessage(int(event.id), event.event, orjson.loads(event.data) if event.data else {})
+        self._failures = 0
+        self.last = message.id
+        return message
+
+    def failed(self, error: Exception) -> float:
+        """The pause before reconnecting after ``error``; re-raises it once retries are spent."""
+        self._failures += 1
+        if self._failures > (self._reconnects if self.opened else self._retries):
+            raise error
+        return min(5.0, self._backoff * 2.0**self._failures)
+
+
+class _Stream:
+    """One SSE subscription as both clients follow it: where to connect, how to resume, when to stop."""
+
+    def __init__(self, path: str, params: dict[str, str], resume: _Resume) -> None:
+        self.path = path
+        self.params = params
+        self.resume = resume
+        #: A run stream's mode, once known: it decides whether ``subagent/end`` ends the stream.
+        self.mode: str | None = None
+        #: Set when a message ended the stream (as opposed to the server closing the connection).
+        self.finished_by_message = False
+
+    def connect_options(self) -> dict[str, Any]:
+        return {"params": self.params, "headers": self.resume.headers(), "timeout": STREAM_TIMEOUT}
+
+    def finished(self, message: StreamMessage) -> bool:
+        """Whether this message ends the stream (it is then the last one given out)."""
+        if self.mode is not None and closes_run_stream(message.event, self.mode):
+            self.finished_by_message = True
+        return self.finished_by_message
+
+    def over(self, run: Run) -> bool:
+        """After the server closed the connection: whether the stream has nothing more to say
+        (else the server restarted or the connection's lifetime ran out: reconnect)."""
+        return self.resume.last is not None and run.status == "ended"
+
+
+def _problem_of_stream(response: httpx.Response) -> None:
+    if response.is_error:
+        _Core.decode(response, Run)
+
+
+class LastwordClient:
+    """Synchronous client. Use as a context manager, or call :meth:`close`.
+
+    ``retries``: how often a request is retried after a transport error or a 429/502/503/504,
+    with exponential ``backoff``; ``timeout``: seconds per request (long polls get their wait on
+    top); ``reconnects``: how many failed reconnects in a row a stream that was open survives
+    (default: ``retries``; a large number waits out a server restart of any length).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff: float = 0.2,
+        timeout: float = 30.0,
+        reconnects: int | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
+        self._http = httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> LastwordClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: _Call[T]) -> T:
+        if not call.retriable:
+            return call.answer(self._http.request(call.method, call.path, **call.options()))
+        for attempt in Retrying(**self._core.retry_policy()):
+            with attempt:
+                response = self._core.check(self._http.request(call.method, call.path, **call.options()))
+        return call.answer(response)
+
+    def create_run(
+        self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
+        mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+    ) -> Run:
+        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        return self._send(self._core.create_run(run_id, {
+            "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
+            "leaseSeconds": lease_seconds}))
+
+    def get_run(self, run_id: str) -> Run:
+        """The run with its current turn and status."""
+        return self._send(self._core.get_run(run_id))
+
+    def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
+        """Append session events (each gets an ``eventId`` unless it has one)."""
+        return self._send(self._core.push_events(run_id, events))
+
+    def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
+        """Append bare chunk text."""
+        return self._send(self._core.push_text(run_id, text, event_id))
+
+    def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> Pusher:
+        """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
+        after ``linger`` seconds (or at ``max_events``), ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.client.pusher`). Use it as ``with``."""
+
+        def send(events: list[dict[str, Any]]) -> AppendResult:
+            return self._send(self._core.push_events(run_id, events))
+
+        return Pusher(send, linger=linger, max_events=max_events)
+
+    def stream_pusher(
+        self, run_id: str, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
+    ) -> StreamPusher:
+        """A streaming producer for ``run_id`` over one long-lived NDJSON request: each pushed
+        event is written at once; ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.client.stream_pusher`). Use it as ``with``."""
+
+        def send(body: Iterator[bytes]) -> AppendResult:
+            return self._send(self._core.push_ndjson(run_id, body))
+
+        return StreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
+                            attempts=self._core.retries + 1, backoff=self._core.backoff)
+
+    def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (``anthropic``, ``openai-responses``, ``acp``; SPEC §13).
+
+        A whole body (bytes or str) is retried on failure; an iterable is streamed once.
+        """
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        if isinstance(body, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.push_provider_stream")
+        if isinstance(body, bytes):
+            content: Any = body
+            kind = _sniff(body)
+        else:
+            content, kind = _pieces(body)
+        return self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
+                                                          idempotency_key))
+
+    def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
+        """End the current turn; the same end again answers the same result."""
+        return self._send(self._core.end(run_id, stop_reason, error, cascade))
+
+    def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
+        """The turn's result as it stands now."""
+        return self._send(self._core.result(run_id, turn))
+
+    def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
+        wait = _Wait(self._core, run_id, timeout, turn)
+        while True:
+            result = self._send(wait.next_call())
+            if wait.finished(result):
+                return result
+
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """Every child's current turn once all have ended (``any_child``: the first), or as they
+        stand when ``timeout`` runs out; ``done`` says which."""
+        join = _Join(self._core, run_id, timeout, any_child)
+        while True:
+            joined = self._send(join.next_call())
+            if join.finished(joined):
+                return joined
+
+    def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
+        """The parent model's tool result; ``None`` while the turn still runs."""
+        return self._send(self._core.tool_result(run_id, turn, wait))
+
+    def stream(self, run_id: str, *, include_chunks: bool = False, after: int | None = None) -> Iterator[StreamMessage]:
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+
+        Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
+        ``run/closed``); nothing is lost or repeated across reconnects.
+        """
+        stream = self._core.run_stream(run_id, include_chunks, after)
+        stream.mode = self.get_run(run_id).mode
+        while True:
+            try:
+                yield from self._follow(stream)
+                if stream.finished_by_message or stream.over(self.get_run(run_id)):
+                    return
+            except httpx.TransportError as error:
+                time.sleep(stream.resume.failed(error))
+
+    def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
+        """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
+        stream = self._core.firehose(parent_run_id, after)
+        while True:
+            try:
+                yield from self._follow(stream)
+            except httpx.TransportError as error:
+                time.sleep(stream.resume.failed(error))
+
+    def _follow(self, stream: _Stream) -> Iterator[StreamMessage]:
+        """One connection's messages, until the server closes it or a closing message arrives."""
+        with connect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
+            if source.response.is_error:
+                source.response.read()
+                _problem_of_stream(source.response)
+            stream.resume.opened = True
+            for event in source.iter_sse():
+                message = stream.resume.take(event)
+                if message is not None:
+                    yield message
+                    if stream.finished(message):
+                        return
+
+
+class AsyncLastwordClient:
+    """Asynchronous client with the same methods as :class:`LastwordClient`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff: float = 0.2,
+        timeout: float = 30.0,
+        reconnects: int | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(token, retries, backoff, timeout, reconnects)
+        self._http = httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout,
+                                       transport=transport)
+
+    async def __aenter__(self) -> AsyncLastwordClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _Call[T]) -> T:
+        if not call.retriable:
+            return call.answer(await self._http.request(call.method, call.path, **call.options()))
+        async for attempt in AsyncRetrying(**self._core.retry_policy()):
+            with attempt:
+                response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
+        return call.answer(response)
+
+    async def create_run(
+        self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
+        mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+    ) -> Run:
+        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        return await self._send(self._core.create_run(run_id, {
+            "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
+            "leaseSeconds": lease_seconds}))
+
+    async def get_run(self, run_id: str) -> Run:
+        """The run with its current turn and status."""
+        return await self._send(self._core.get_run(run_id))
+
+    async def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
+        """Append session events (each gets an ``eventId`` unless it has one)."""
+        return await self._send(self._core.push_events(run_id, events))
+
+    async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
+        """Append bare chunk text."""
+        return await self._send(self._core.push_text(run_id, text, event_id))
+
+    def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> AsyncPusher:
+        """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
+        after ``linger`` seconds (or at ``max_events``), ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.client.pusher`). Use it inside the event loop, as ``async with``."""
+
+        async def send(events: list[dict[str, Any]]) -> AppendResult:
+            return await self._send(self._core.push_events(run_id, events))
+
+        return AsyncPusher(send, linger=linger, max_events=max_events)
+
+    def stream_pusher(
+        self, run_id: str, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
+    ) -> AsyncStreamPusher:
+        """A streaming producer for ``run_id`` over one long-lived NDJSON request: each pushed
+        event is written at once; ``flush()``/``close()`` wait until durable
+        (:mod:`lastword.client.stream_pusher`). Use it inside the event loop, as ``async with``."""
+
+        async def send(body: AsyncIterator[bytes]) -> AppendResult:
+            return await self._send(self._core.push_ndjson(run_id, body))
+
+        return AsyncStreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
+                                 attempts=self._core.retries + 1, backoff=self._core.backoff)
+
+    async def push_provider_stream(
+        self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
+        idempotency_key: str | None = None, content_type: str | None = None,
+    ) -> IngestResult:
+        """Store a provider's own stream (SPEC §13); an async iterable is streamed as it yields."""
+        body = body_or_iterable.encode() if isinstance(body_or_iterable, str) else body_or_iterable
+        content: Any
+        if isinstance(body, bytes):
+            content, kind = body, _sniff(body)
+        elif isinstance(body, AsyncIterable):
+            content, kind = await _apieces(body)
+        else:
+            pieces, kind = _pieces(body)
+            content = _async_of(pieces)
+        return await self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
+                                                                idempotency_key))
+
+    async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
+        """End the current turn; the same end again answers the same result."""
+        return await self._send(self._core.end(run_id, stop_reason, error, cascade))
+
+    async def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
+        """The turn's result as it stands now."""
+        return await self._send(self._core.result(run_id, turn))
+
+    async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+
+        Without ``turn`` it is the turn current when this is called, however many polls it takes.
+        """
+        wait = _Wait(self._core, run_id, timeout, turn)
+        while True:
+            result = await self._send(wait.next_call())
+            if wait.finished(result):
+                return result
+
+    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+        """As :meth:`LastwordClient.join`."""
+        join = _Join(self._core, run_id, timeout, any_child)
+        while True:
+            joined = await self._send(join.next_call())
+            if join.finished(joined):
+                return joined
+
+    async def tool_result(self, run_id: str, *, wait: float = 0.0, turn: int | None = None) -> ToolResult | None:
+        """The parent model's tool result; ``None`` while the turn still runs."""
+        return await self._send(self._core.tool_result(run_id, turn, wait))
+
+    async def stream(
+        self, run_id: str, *, include_chunks: bool = False, after: int | None = None
+    ) -> AsyncIterator[StreamMessage]:
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+
+        Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
+        ``run/closed``); nothing is lost or repeated across reconnects.
+        """
+        stream = self._core.run_stream(run_id, include_chunks, after)
+        stream.mode = (await self.get_run(run_id)).mode
+        while True:
+            try:
+                async for message in self._follow(stream):
+                    yield message
+                if stream.finished_by_message or stream.over(await self.get_run(run_id)):
+                    return
+            except httpx.TransportError as error:
+                await asyncio.sleep(stream.resume.failed(error))
+
+    async def stream_all(
+        self, *, parent_run_id: str | None = None, after: int | None = None
+    ) -> AsyncIterator[StreamMessage]:
+        """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
+        stream = self._core.firehose(parent_run_id, after)
+        while True:
+            try:
+                async for message in self._follow(stream):
+                    yield message
+            except httpx.TransportError as error:
+                await asyncio.sleep(stream.resume.failed(error))
+
+    async def _follow(self, stream: _Stream) -> AsyncIterator[StreamMessage]:
+        """One connection's messages, until the server closes it or a closing message arrives."""
+        async with aconnect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
+            if source.response.is_error:
+                await source.response.aread()
+                _problem_of_stream(source.response)
+            stream.resume.opened = True
+            async for event in source.aiter_sse():
+                message = stream.resume.take(event)
+                if message is not None:
+                    yield message
+                    if stream.finished(message):
+                        return

@@ -1,0 +1,117 @@
+"""Fan-out: how what the store committed reaches this replica's live subscribers and waiters.
+
+One small interface, two implementations, chosen when the service is built
+(:func:`lastword.factory.open_fanout`):
+
+* :class:`LocalFanout` — one process owns the database (SQLite): what a request committed is
+  handed to the hub straight after the commit.
+* :class:`NoticeFanout` — several replicas share PostgreSQL: the hub is fed only from commit
+  notices (:mod:`lastword.fanout.notify`), for this replica's commits as for the others'. Notices
+  arrive in commit order; publishing a local commit at once could overtake another replica's
+  earlier commit of the same run (or an earlier feed id), which a live stream would then drop
+  as already passed.
+
+Either way the hub (:mod:`lastword.fanout.hub`) is what subscribers and waiters register with.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from lastword.fanout.hub import Hub
+from lastword.rules.records import StoredEvent
+from lastword.store.base import Store
+from lastword.store.writes import LIVE_TYPES
+
+if TYPE_CHECKING:
+    from lastword.fanout.notify import Notice, NoticeListener
+
+
+class Fanout(abc.ABC):
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    @abc.abstractmethod
+    def committed(self, stored: Sequence[StoredEvent]) -> None:
+        """This replica just committed ``stored`` (the live events of one transaction)."""
+
+    async def start(self) -> None:
+        """Begin delivering; returns once nothing committed from now on can be missed."""
+
+    async def close(self) -> None:
+        """Stop delivering."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether other replicas' commits are being heard (always, with no other replica)."""
+        return True
+
+
+class LocalFanout(Fanout):
+    """Publish each commit to the hub as it happens: one process, one database file."""
+
+    def committed(self, stored: Sequence[StoredEvent]) -> None:
+        if stored:
+            self.hub.publish(stored)
+
+
+class NoticeFanout(Fanout):
+    """Publish from PostgreSQL commit notices, in commit order, reading the log for the events."""
+
+    def __init__(self, hub: Hub, store: Store, conninfo: str, channel: str) -> None:
+        super().__init__(hub)
+        from lastword.fanout.notify import NoticeListener
+
+        self.store = store
+        self.listener: NoticeListener = NoticeListener(conninfo, channel, self.publish, hub.resync)
+
+    def committed(self, stored: Sequence[StoredEvent]) -> None:
+        pass  # its notice brings it, in order with every other replica's commits
+
+    async def start(self) -> None:
+        await self.listener.start()
+
+    async def close(self) -> None:
+        await self.listener.close()
+
+    @property
+    def connected(self) -> bool:
+        return self.listener.connected
+
+    async def publish(self, notices: Sequence[Notice]) -> None:
+        """Publish what a batch of commit notices (from any replica, this one too) committed.
+
+        The events are read from the log, and only for what someone here follows: a run with a
+        subscriber or a ``?wait=`` waiter, or the firehose when it has subscribers.
+        """
+        hub = self.hub
+        feed_ids = [n.feed_id for n in notices if n.feed_id is not None] if hub.has_feed_subscribers else []
+        spans: dict[str, list[tuple[int, int, int]]] = {}  # run → (first seq, last seq, notice index)
+        for index, notice in enumerate(notices):
+            if hub.watches(notice.run_id):
+                spans.setdefault(notice.run_id, []).append((notice.first_seq, notice.last_seq, index))
+        if not feed_ids and not spans:
+            return
+        ordered: list[tuple[int, int, StoredEvent]] = []  # (notice index, seq, event)
+        if feed_ids:
+            # Feed ids commit in id order, so the batch's notices hold every id in this range.
+            low, high = min(feed_ids), max(feed_ids)
+            by_feed_id = {n.feed_id: index for index, n in enumerate(notices) if n.feed_id is not None}
+            for event in await self.store.feed_after(low - 1, None, high - low + 1):
+                if event.feed_id is not None and event.feed_id in by_feed_id:
+                    ordered.append((by_feed_id[event.feed_id], event.seq, event))
+        # Lifecycle events came with the feed when it was read; chunks come from each run's log.
+        types = frozenset({"assistant/chunk"}) if feed_ids else LIVE_TYPES
+        for run_id, ranges in spans.items():
+            # One run's notices come in seq order: its ranges are sorted and do not overlap.
+            firsts = [first for first, _, _ in ranges]
+            low, high = ranges[0][0], ranges[-1][1]
+            for event in await self.store.events_after(run_id, low - 1, high - low + 1, types):
+                at = bisect.bisect_right(firsts, event.seq) - 1
+                if at >= 0 and event.seq <= ranges[at][1]:
+                    ordered.append((ranges[at][2], event.seq, event))
+        ordered.sort(key=lambda item: (item[0], item[1]))
+        hub.publish(event for _, _, event in ordered)

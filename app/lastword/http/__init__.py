@@ -1,0 +1,1 @@
+"""The HTTP faces: routes, request bodies, SSE, access, OpenAPI, the dashboard and MCP."""

@@ -1,0 +1,279 @@
+"""Server-sent event streams: one run's lifecycle (and chunks), and the firehose of every run.
+
+Ids: a run stream's message ids are the run's ``seq`` (the ``run/snapshot`` takes the ``seq``
+it reflects), the firehose's are its own global order. Either way a client resumes with
+``Last-Event-ID`` (or ``?after=``) and gets exactly what followed.
+
+Order of work for a subscription: register with the hub first, then read the log after the
+resume point, then take live events, dropping any the log already gave. A subscriber that
+fell behind (its bounded buffer filled) goes back to the log instead of being fed from memory.
+
+The subscription is registered in the route, before the response's headers go out, so a client
+that has its headers misses nothing that happens afterwards (the firehose has no snapshot to
+mark that point). It is released by the response, not by the message generator: when a client
+leaves before the first message the generator never starts, and a generator that never
+started never runs its ``finally``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request
+
+from lastword.errors import InvalidLastEventId
+from lastword.fanout.hub import Subscription
+from lastword.http.sse import EventStream, encode
+from lastword.http.strict_ints import DecimalDigits, parse_decimal
+from lastword.http.views import result_view, run_view
+from lastword.rules.lifecycle import LIFECYCLE_TYPES, closes_run_stream
+from lastword.rules.limits import MAX_INT64
+from lastword.rules.records import RunRecord, StoredEvent
+from lastword.schemas import Problem
+from lastword.service import RunService
+
+router = APIRouter(prefix="/v1")
+
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
+    400: {"model": Problem, "description": "A bad resume id."},
+    404: {"model": Problem, "description": "Unknown run."},
+    410: {"model": Problem, "description": "The run was deleted by retention."},
+}
+
+
+def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
+    if last_event_id is not None and last_event_id.strip():
+        value = parse_decimal(last_event_id.strip())
+        if value is None or value > MAX_INT64:
+            # Ids are 64-bit in both databases; a larger one is none this stream sent.
+            raise InvalidLastEventId("Last-Event-ID must be an id this stream sent")
+        return value
+    return after
+
+
+def _check_sent(resume: int, last_id: int) -> None:
+    """Refuse a resume point past the stream's end: no stream sent it, and waiting for the
+    stream to reach it would silently skip everything up to there."""
+    if resume > last_id:
+        raise InvalidLastEventId(
+            f"resume id {resume} is past the end of this stream (its last id is {last_id})", lastId=last_id,
+        )
+
+
+def _message(event: StoredEvent, message_id: int) -> bytes:
+    """The event as SSE bytes, encoded once however many subscribers it goes to."""
+    if event.encoded is None:
+        event.encoded = {}
+    encoded = event.encoded.get(message_id)
+    if encoded is None:
+        encoded = event.encoded[message_id] = encode(orjson.dumps(event.body).decode(), event=event.type, id=message_id)
+    return encoded
+
+
+def _reconnect(reason: str, last: int) -> bytes:
+    """The last message of a stream the service ends: the client should reconnect.
+
+    It has no id, so a client's Last-Event-ID stays the last real event's; ``retry`` tells an
+    EventSource how long to wait before it reconnects.
+    """
+    data = orjson.dumps({"reason": reason, "lastEventId": last}).decode()
+    return encode(data, event="server/reconnect", retry_ms=1000)
+
+
+def _ended(subscription: Subscription) -> str | None:
+    """Why the service ends this stream now: shutdown, the client left, or the connection's
+    lifetime is over."""
+    if subscription.ended_by is not None:
+        return subscription.ended_by
+    return "lifetime" if subscription.expired else None
+
+
+def _closes(event: StoredEvent, run: RunRecord) -> bool:
+    return closes_run_stream(event.type, run.mode)
+
+
+#: The keep-alive: one comment line, without the blank line that would end an event.
+#:
+#: A comment followed by a blank line is a valid no-op by the SSE specification, but some
+#: clients (httpx-sse 0.4 among them) dispatch an empty ``message`` event on that blank line,
+#: repeating the last id: a reader would see a phantom event after every keep-alive. A lone
+#: comment line is skipped by every parser, and the next event's lines follow it as usual.
+#: A stream sends it when its subscription's timer says it has been quiet for
+#: ``LASTWORD_KEEPALIVE_SECONDS`` (:meth:`lastword.fanout.hub.Subscription.pace`): no task per
+#: connection for it.
+KEEPALIVE = b": ping\r\n"
+
+
+def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
+    """The callable that ends the subscription (call it exactly once)."""
+
+    def release() -> None:
+        service.unsubscribe(run_id, subscription)
+
+    return release
+
+
+def _response(
+    request: Request, subscription: Subscription, messages: AsyncGenerator[bytes, None], release: Callable[[], None]
+) -> EventStream:
+    settings = request.app.state.settings
+    subscription.pace(settings.keepalive_seconds, settings.sse_max_lifetime_seconds)
+    return EventStream(
+        messages,
+        # A client that stops reading is cut off once a send has waited this long; it
+        # resumes with Last-Event-ID. Its hub buffer is bounded meanwhile.
+        send_timeout=settings.sse_send_timeout_seconds,
+        on_disconnect=lambda: subscription.end("disconnect"),
+        release=release,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/runs/{runId}/stream", responses=SSE_RESPONSES, response_class=EventStream)
+async def run_stream(
+    request: Request,
+    runId: str,
+    include: Annotated[str | None, Query(description="'chunks' adds live assistant/chunk deltas.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> EventStream:
+    """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
+    service: RunService = request.app.state.service
+    types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
+    resume = _resume_point(last_event_id, after)
+    subscription = service.subscribe_run(runId, frozenset(types))
+    release = _releaser(service, runId, subscription)
+    try:
+        if resume is None:
+            run, turn = await service.snapshot(runId)
+            snapshot: bytes | None = encode(
+                orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
+                event="run/snapshot",
+                id=run.last_seq,
+            )
+        else:
+            run = await service.get_run(runId)
+            _check_sent(resume, run.last_seq)
+            snapshot = None
+    except BaseException:
+        release()
+        raise
+    start = run.last_seq if resume is None else resume
+    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types))
+    return _response(request, subscription, messages, release)
+
+
+async def _run_messages(
+    service: RunService,
+    subscription: Subscription,
+    run: RunRecord,
+    snapshot: bytes | None,
+    last: int,
+    types: frozenset[str],
+) -> AsyncGenerator[bytes, None]:
+    if snapshot is not None:
+        yield snapshot
+        if run.status == "ended":
+            return
+    while True:
+        # Cleared before the log is read: an overflow from now on sends us back here.
+        subscription.caught_up()
+        # From the log: everything after the last id sent, page by page.
+        while subscription.ended_by is None:
+            events = await service.events_after(run.run_id, last, service.page_size, types)
+            for event in events:
+                yield _message(event, event.seq)
+                last = event.seq
+                if _closes(event, run):
+                    return
+            if len(events) < service.page_size:
+                break
+        run = await service.get_run(run.run_id)
+        if run.status == "ended" and last >= run.last_seq:
+            return
+        # Live, until the buffer overflows and the log takes over again. What one wake-up
+        # finds goes out in one write.
+        while (taken := await subscription.take()) is not None:
+            if not taken:
+                yield KEEPALIVE
+                continue
+            parts = []
+            closes = False
+            for event in taken:
+                if event.seq <= last:
+                    continue
+                parts.append(_message(event, event.seq))
+                last = event.seq
+                if closes := _closes(event, run):
+                    break
+            if parts:
+                yield b"".join(parts)
+            if closes:
+                return
+        if ended := _ended(subscription):
+            yield _reconnect(ended, last)
+            return
+
+
+@router.get("/stream", responses=SSE_RESPONSES, response_class=EventStream)
+async def firehose(
+    request: Request,
+    parentRunId: str | None = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT64, description="Resume after this id."), DecimalDigits] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> EventStream:
+    """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
+    service: RunService = request.app.state.service
+    resume = _resume_point(last_event_id, after)
+    subscription = service.subscribe_feed(parentRunId)
+    release = _releaser(service, None, subscription)
+    try:
+        if resume is None:
+            start = await service.last_feed_id()
+        else:
+            # Against the highest id ever issued: retention may have deleted the newest rows,
+            # and an id the stream did send must still resume (from what follows it).
+            _check_sent(resume, await service.highest_feed_id_issued())
+            start = resume
+    except BaseException:
+        release()
+        raise
+    messages = _feed_messages(service, subscription, parentRunId, start)
+    return _response(request, subscription, messages, release)
+
+
+async def _feed_messages(
+    service: RunService,
+    subscription: Subscription,
+    parent_run_id: str | None,
+    last: int,
+) -> AsyncGenerator[bytes, None]:
+    while True:
+        subscription.caught_up()
+        while subscription.ended_by is None:
+            events = await service.feed_after(last, parent_run_id, service.page_size)
+            for event in events:
+                assert event.feed_id is not None
+                yield _message(event, event.feed_id)
+                last = event.feed_id
+            if len(events) < service.page_size:
+                break
+        while (taken := await subscription.take()) is not None:
+            if not taken:
+                yield KEEPALIVE
+                continue
+            parts = []
+            for event in taken:
+                assert event.feed_id is not None
+                if event.feed_id <= last:
+                    continue
+                parts.append(_message(event, event.feed_id))
+                last = event.feed_id
+            if parts:
+                yield b"".join(parts)
+        if ended := _ended(subscription):
+            yield _reconnect(ended, last)
+            return

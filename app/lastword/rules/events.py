@@ -1,0 +1,418 @@
+"""The shapes of ingested events and content blocks (SPEC §3–§4), and their validation.
+
+Validation only checks: what is stored is the event exactly as it was sent (every field kept,
+in the order sent), never a re-serialised model. Models are strict, so a string where a number
+belongs is refused rather than coerced.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from lastword.errors import InvalidEvent
+from lastword.rules.limits import MAX_EVENT_ID_LENGTH, MAX_TOKEN_COUNT
+from lastword.rules.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, normalise_stop_reason
+
+
+class _Open(BaseModel):
+    """Extra fields are allowed and kept: blocks and events keep what they were sent with."""
+
+    # Each field's docstring is its description in the OpenAPI document.
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
+
+
+def _whole_number(value: Any) -> Any:
+    """``2.0`` is the JSON number 2 (a JSON Schema ``integer``); only the check sees it as ``2``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKEN_COUNT), BeforeValidator(_whole_number)]
+
+
+class Usage(BaseModel):
+    """Tokens one model call used; a turn's usage is the sum over its messages."""
+
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
+
+    inputTokens: TokenCount
+    """Input tokens not read from a cache."""
+    outputTokens: TokenCount
+    """Tokens the model produced."""
+    cacheReadTokens: TokenCount | None = None
+    """Input tokens read from a prompt cache."""
+    cacheWriteTokens: TokenCount | None = None
+    """Input tokens written to a prompt cache."""
+
+
+class TextBlock(_Open):
+    """Text; substantive unless empty or white space only."""
+
+    type: Literal["text"]
+    """Always ``text``."""
+    text: str
+    """The text."""
+
+
+class ReasoningBlock(_Open):
+    """The model's reasoning; substantive even with empty text."""
+
+    type: Literal["reasoning"]
+    """Always ``reasoning``."""
+    text: str
+    """The reasoning text (may be empty when only a signature was kept)."""
+    signature: str | None = None
+    """The provider's signature of the reasoning, when it gave one."""
+
+
+class ToolCallBlock(_Open):
+    """A call of a tool by the model; substantive."""
+
+    type: Literal["tool_call"]
+    """Always ``tool_call``."""
+    id: str
+    """The call's id, which its result names."""
+    name: str
+    """The tool's name."""
+    input: dict[str, Any]
+    """The call's arguments."""
+
+
+class ToolResultBlock(_Open):
+    """A tool's answer inside a message; never part of an output."""
+
+    type: Literal["tool_result"]
+    """Always ``tool_result``."""
+    toolCallId: str
+    """The id of the call this answers."""
+    content: str | list[Block]
+    """The tool's answer: text or blocks."""
+    isError: bool | None = None
+    """Whether the tool failed."""
+
+
+class OtherBlock(_Open):
+    """Bookkeeping (`step-start`, `step-finish`, `patch`) and any other block type."""
+
+    type: str
+    """The block's type; every other field is kept as sent."""
+
+
+def _block_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        kind = value.get("type")
+    else:
+        kind = getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in _KNOWN_BLOCKS else "other"
+
+
+_KNOWN_BLOCKS = {"text", "reasoning", "tool_call", "tool_result"}
+
+Block = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ReasoningBlock, Tag("reasoning")]
+    | Annotated[ToolCallBlock, Tag("tool_call")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(
+        _block_tag,
+        custom_error_type="invalid_block",
+        custom_error_message="a content block needs a string 'type'",
+    ),
+]
+
+
+# RFC 3339 ``date-time``; ``datetime.fromisoformat`` alone also takes ISO 8601 forms that are
+# not RFC 3339 (a bare date, no offset, week dates, the basic format).
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-]([0-9]{2}):([0-9]{2}))"
+)
+
+
+def _check_rfc3339(value: str | None) -> str | None:
+    if value is None:
+        return value
+    match = _RFC3339.fullmatch(value)
+    try:
+        if match is None:
+            raise ValueError
+        year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+        datetime(year, month, day, hour, minute, min(second, 59))  # 60 is a leap second
+        if second > 60 or int(match[7] or 0) > 23 or int(match[8] or 0) > 59:
+            raise ValueError
+    except ValueError:
+        raise ValueError("ts must be an RFC 3339 timestamp") from None
+    return value
+
+
+class _EventBase(_Open):
+    eventId: Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_LENGTH)] | None = None
+    """The producer's idempotency key, unique within the run: a repeat with the same content
+    is counted as a duplicate and stored once."""
+    ts: Annotated[str, Field(json_schema_extra={"format": "date-time"})] | None = None
+    """When the producer made the event (RFC 3339); kept, not interpreted."""
+
+    _ts = field_validator("ts")(_check_rfc3339)
+
+
+class TextDelta(_Open):
+    """Streamed text; the turn's text deltas, joined, are the output when no message qualifies."""
+
+    type: Literal["text"]
+    """Always ``text``."""
+    text: str
+    """The piece of text."""
+
+
+class ReasoningDelta(_Open):
+    """Streamed reasoning; logged, not accumulated."""
+
+    type: Literal["reasoning"]
+    """Always ``reasoning``."""
+    text: str
+    """The piece of reasoning."""
+
+
+class ToolCallDelta(_Open):
+    """A streamed piece of a tool call; logged, not accumulated."""
+
+    type: Literal["tool_call"]
+    """Always ``tool_call``; the other fields are kept as sent."""
+
+
+Delta = Annotated[TextDelta | ReasoningDelta | ToolCallDelta, Field(discriminator="type")]
+
+
+class AssistantChunk(_EventBase):
+    """A streamed delta of the assistant's answer."""
+
+    type: Literal["assistant/chunk"]
+    """Always ``assistant/chunk``."""
+    delta: Delta
+    """The delta: text, reasoning or a piece of a tool call."""
+
+
+class AssistantMessageBody(_Open):
+    """A complete assistant message."""
+
+    id: str | None = None
+    """The provider's message id."""
+    content: list[Block]
+    """The message's blocks; may be empty (a usage-only record)."""
+    usage: Usage | None = None
+    """What this model call used."""
+    stopReason: str | None = None
+    """The provider's own stop reason for this call (logged as sent, not normalised)."""
+    error: Any = None
+    """The call's error, if it failed."""
+
+
+class AssistantMessage(_EventBase):
+    """A complete assistant message at the end of a step: the candidates of the selection rule."""
+
+    type: Literal["assistant/message"]
+    """Always ``assistant/message``."""
+    message: AssistantMessageBody
+    """The message."""
+
+
+class ToolResultEvent(_EventBase):
+    """A tool's answer; logged, never output."""
+
+    type: Literal["tool/result"]
+    """Always ``tool/result``."""
+    toolCallId: str
+    """The id of the call this answers."""
+    content: str | list[Block]
+    """The tool's answer: text or blocks."""
+    isError: bool | None = None
+    """Whether the tool failed."""
+
+
+class UserMessageBody(_Open):
+    """A user (or parent) message."""
+
+    content: str | list[Block]
+    """Its text, or blocks."""
+
+
+class UserMessage(_EventBase):
+    """A message to the child; logged, never output."""
+
+    type: Literal["user/message"]
+    """Always ``user/message``."""
+    message: UserMessageBody
+    """The message."""
+
+
+class StepEvent(_EventBase):
+    """Bookkeeping: a step of the agent loop starts or finishes; logged."""
+
+    type: Literal["step/start", "step/finish"]
+    """``step/start`` or ``step/finish``."""
+
+
+class TurnEnd(_EventBase):
+    """Ends the current turn, as ``POST /v1/runs/{runId}/end`` does."""
+
+    type: Literal["turn/end"]
+    """Always ``turn/end``."""
+    stopReason: Annotated[
+        str, Field(json_schema_extra={"pattern": ACCEPTED_PATTERN, "examples": list(ACCEPTED_INPUTS)})
+    ]
+    """Why the turn ended: a wire value or an accepted alias, case-insensitive."""
+    error: Any = None
+    """What went wrong, for an ``error`` end."""
+    usage: Usage | None = None
+    """Usage not recorded by a message, added to the turn's."""
+
+    @field_validator("stopReason")
+    @classmethod
+    def _known_stop_reason(cls, value: str) -> str:
+        normalise_stop_reason(value)
+        return value
+
+
+class ExtensionEvent(_EventBase):
+    """`x-…` events: logged, opaque, never interpreted."""
+
+    type: Annotated[str, Field(pattern=r"^x-")]
+    """Any type starting with ``x-``; every other field is kept as sent."""
+
+
+_EVENT_MODELS: dict[str, str] = {
+    "assistant/chunk": "assistant/chunk",
+    "assistant/message": "assistant/message",
+    "tool/result": "tool/result",
+    "user/message": "user/message",
+    "step/start": "step",
+    "step/finish": "step",
+    "turn/end": "turn/end",
+}
+
+
+def _event_tag(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    if kind in _EVENT_MODELS:
+        return _EVENT_MODELS[kind]
+    return "x" if kind.startswith("x-") else None
+
+
+IngestEvent = Annotated[
+    Annotated[AssistantChunk, Tag("assistant/chunk")]
+    | Annotated[AssistantMessage, Tag("assistant/message")]
+    | Annotated[ToolResultEvent, Tag("tool/result")]
+    | Annotated[UserMessage, Tag("user/message")]
+    | Annotated[StepEvent, Tag("step")]
+    | Annotated[TurnEnd, Tag("turn/end")]
+    | Annotated[ExtensionEvent, Tag("x")],
+    Discriminator(
+        _event_tag,
+        custom_error_type="unknown_event_type",
+        custom_error_message=(
+            "'type' must be one of assistant/chunk, assistant/message, tool/result, "
+            "user/message, step/start, step/finish, turn/end, or start with 'x-'"
+        ),
+    ),
+]
+
+_EVENT = TypeAdapter(IngestEvent)
+_EVENTS = TypeAdapter(list[IngestEvent])
+
+EVENT_JSON_SCHEMA = _EVENT.json_schema(ref_template="#/components/schemas/{model}")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """``message.content[0].text`` from pydantic's location, without its union tags."""
+    parts: list[str] = []
+    previous: int | str | None = None
+    for position, item in enumerate(loc):
+        is_union_tag = position == 0 or isinstance(previous, int) or previous == "delta"
+        previous = item
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif is_union_tag and item in _UNION_TAGS:
+            continue
+        elif item == "str" or "[" in item:
+            continue  # a branch of a plain union such as ``str | list[Block]``
+        else:
+            parts.append(f".{item}" if parts else item)
+    return "".join(parts)
+
+
+_UNION_TAGS = set(_EVENT_MODELS.values()) | {"x", "other"} | _KNOWN_BLOCKS
+
+
+def _problems(error: ValidationError, index_offset: int, batched: bool) -> list[dict[str, Any]]:
+    found = []
+    for item in error.errors(include_url=False, include_input=False):
+        loc = tuple(item["loc"])
+        index = index_offset
+        if batched and loc and isinstance(loc[0], int):
+            index = index_offset + loc[0]
+            loc = loc[1:]
+        found.append({"index": index, "field": _field_path(loc) or "type", "message": item["msg"]})
+    return found
+
+
+def is_plain_text_delta(event: Any) -> bool:
+    """Whether ``event`` is a text chunk with nothing to check beyond its shape.
+
+    Most of a streamed session is text deltas, and running each through pydantic costs more
+    than storing it. This accepts only a subset of what :data:`IngestEvent` accepts (a
+    property test holds it to that); everything else goes through pydantic.
+    """
+    if type(event) is not dict or event.get("type") != "assistant/chunk":
+        return False
+    delta = event.get("delta")
+    if type(delta) is not dict or delta.get("type") != "text" or type(delta.get("text")) is not str:
+        return False
+    for key, value in event.items():
+        if key == "eventId":
+            if value is not None and not (type(value) is str and 0 < len(value) <= MAX_EVENT_ID_LENGTH):
+                return False
+        elif key not in ("type", "delta"):
+            return False  # ``ts`` and extra fields get the full check
+    return True
+
+
+def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
+    """Check a batch of parsed events; raise 422 naming the first bad event's index and field.
+
+    ``index_offset`` is the position of ``events[0]`` in the request (NDJSON lines).
+    """
+    positions = [index for index, event in enumerate(events) if not is_plain_text_delta(event)]
+    if not positions:
+        return
+    try:
+        _EVENTS.validate_python([events[index] for index in positions])
+    except ValidationError as error:
+        problems = _problems(error, 0, batched=True)
+        for problem in problems:  # from the position among the checked events to the request's
+            problem["index"] = positions[problem["index"]] + index_offset
+        # The deepest location of the first bad event says most (a union reports each branch).
+        first = min(problems, key=lambda p: (p["index"], -p["field"].count(".") - p["field"].count("[")))
+        raise InvalidEvent(
+            f"event {first['index']}: {first['field']}: {first['message']}",
+            index=first["index"],
+            field=first["field"],
+            errors=problems[:20],
+        ) from None

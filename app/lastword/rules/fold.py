@@ -1,0 +1,205 @@
+"""The selection rule (SPEC §5): the one place that decides a subagent turn's output.
+
+Everything else in lastword (the store, the API, the streams, the tool-result formatter)
+asks this module; none of them looks for "the last assistant message" itself.
+
+The module is pure: no I/O, no clock. It works on events as plain dicts, exactly as they were
+ingested and stored, so a fold rebuilt from the log sees what the live fold saw.
+
+Two entry points apply the same rule:
+
+* :class:`TurnFold` is incremental. ``push(event)`` and ``push_text(text)`` are O(1)
+  amortised in the size of the event: text deltas are kept in a list and joined once, in
+  ``collect()`` (``s += delta`` would copy the whole string on every delta once it has
+  another reference, which is quadratic on long outputs).
+* :func:`final_assistant_output` applies the rule to a complete list of events.
+
+Both take ``join_continuations`` (SPEC §14, opt-in per run): a reply split by the output-token
+ceiling into several ``max_tokens`` messages is answered as one, joined in order. Without it
+the rule is exactly §5's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lastword.rules.limits import MAX_USAGE_TOTAL
+from lastword.rules.stop_reasons import normalise_stop_reason
+
+Block = dict[str, Any]
+Event = Mapping[str, Any]
+
+#: Blocks that record how a step went but are never part of an output.
+BOOKKEEPING_BLOCK_TYPES = frozenset({"step-start", "step-finish", "patch"})
+
+#: Events that stop a joined continuation: what the model saw between two segments.
+JOIN_STOPPING_TYPES = frozenset({"tool/result", "user/message"})
+
+USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+
+
+def is_substantive(block: Mapping[str, Any]) -> bool:
+    """Whether a block counts towards selecting a message (SPEC §3)."""
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        return isinstance(text, str) and text != "" and not text.isspace()
+    if kind == "tool_result" or kind in BOOKKEEPING_BLOCK_TYPES:
+        return False
+    return True
+
+
+def output_blocks(content: Iterable[Block]) -> list[Block]:
+    """The blocks of a selected message that make up the output, order kept.
+
+    Tool results, bookkeeping blocks and blank text blocks are left out; every other block is
+    returned as the same object it was sent as (the service never rewrites a block).
+    """
+    return [block for block in content if is_substantive(block)]
+
+
+def ended_at_max_tokens(message: Mapping[str, Any]) -> bool:
+    """Whether an assistant message's own ``stopReason`` is the output-token ceiling (any alias)."""
+    value = message.get("stopReason")
+    if not isinstance(value, str):
+        return False
+    try:
+        return normalise_stop_reason(value) == "max_tokens"
+    except ValueError:
+        return False
+
+
+def empty_usage() -> dict[str, int]:
+    return {"inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0, "cacheWriteTokens": 0}
+
+
+def add_usage(total: dict[str, int], usage: Mapping[str, Any] | None) -> None:
+    """Add one message's usage into a running total (missing fields count as zero)."""
+    if not usage:
+        return
+    for name in USAGE_FIELDS:
+        value = usage.get(name)
+        if value:
+            # Saturates rather than fails: a turn must always be able to end.
+            total[name] = min(total[name] + int(value), MAX_USAGE_TOTAL)
+
+
+class TurnFold:
+    """The incremental state of one turn, from which its output is selected.
+
+    ``last_seq`` is the sequence number of the last event pushed; the store uses it to
+    catch a fold up with events another replica has written.
+    """
+
+    __slots__ = (
+        "_selected",
+        "_text_parts",
+        "_has_visible_text",
+        "_message_usage",
+        "_seen_message",
+        "_end_usage",
+        "_join",
+        "_segments",
+        "last_seq",
+    )
+
+    def __init__(self, last_seq: int = 0, *, join_continuations: bool = False) -> None:
+        self._selected: list[Block] | None = None
+        self._join = join_continuations
+        #: With ``join_continuations``: the output blocks of the max-tokens segments that the
+        #: next substantive message continues (only ever extended, or replaced by a new list).
+        self._segments: list[Block] = []
+        self._text_parts: list[str] = []
+        self._has_visible_text = False
+        self._message_usage = empty_usage()
+        self._seen_message = False
+        self._end_usage = empty_usage()
+        self.last_seq = last_seq
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """The turn's usage: the sum over its assistant messages, empty ones included.
+
+        A ``turn/end`` event's own ``usage`` counts only for a turn without any assistant
+        message (chunk-only transports), so that a producer repeating its total there is
+        not counted twice.
+        """
+        return dict(self._message_usage if self._seen_message else self._end_usage)
+
+    def push(self, event: Event, seq: int | None = None) -> None:
+        """Fold one ingested event of this turn."""
+        if seq is not None:
+            self.last_seq = seq
+        kind = event.get("type")
+        if kind == "assistant/chunk":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text":
+                self.push_text(delta.get("text", ""))
+        elif kind == "assistant/message":
+            message = event.get("message") or {}
+            self._seen_message = True
+            add_usage(self._message_usage, message.get("usage"))
+            content = message.get("content") or []
+            # Only the latest substantive message matters; a usage-only or blank message
+            # must not hide it (SPEC §1).
+            if any(is_substantive(block) for block in content):
+                if self._join:
+                    self._select_joined(message, content)
+                else:
+                    self._selected = content
+        elif kind == "turn/end":
+            add_usage(self._end_usage, event.get("usage"))
+        elif self._join and kind in JOIN_STOPPING_TYPES:
+            self._segments = []
+
+    def _select_joined(self, message: Mapping[str, Any], content: list[Block]) -> None:
+        """Select a substantive message, continuing the max-tokens segments before it (§14).
+
+        A message holding a tool call is selected alone and ends the chain; one that ended at
+        max-tokens joins the chain for the message that continues it.
+        """
+        blocks = output_blocks(content)
+        if any(block.get("type") == "tool_call" for block in blocks):
+            self._selected, self._segments = blocks, []
+        elif ended_at_max_tokens(message):
+            self._segments.extend(blocks)
+            self._selected = self._segments
+        else:
+            self._selected, self._segments = self._segments + blocks, []
+
+    def push_text(self, text: str) -> None:
+        """Fold a bare text delta (chunk-only transports)."""
+        if not text:
+            return
+        self._text_parts.append(text)
+        if not self._has_visible_text and not text.isspace():
+            self._has_visible_text = True
+
+    def collect(self) -> list[Block]:
+        """The turn's output by the rule of SPEC §5 (a new list on every call)."""
+        if self._selected is not None:
+            return output_blocks(self._selected)
+        text = self.streamed_text()
+        return [] if text is None else [{"type": "text", "text": text}]
+
+    def streamed_text(self) -> str | None:
+        """The whole streamed text when the output comes from it (rule 2), else ``None``.
+
+        The transcript (SPEC §12) asks this to know whether a turn contributes an assistant
+        message made of its chunks.
+        """
+        if self._selected is not None or not self._has_visible_text:
+            return None
+        if len(self._text_parts) > 1:
+            # Join once and keep the result, so repeated reads stay cheap.
+            self._text_parts = ["".join(self._text_parts)]
+        return self._text_parts[0]
+
+
+def final_assistant_output(events: Iterable[Event], *, join_continuations: bool = False) -> list[Block]:
+    """Apply the selection rule to a turn's complete event list, in ``seq`` order."""
+    fold = TurnFold(join_continuations=join_continuations)
+    for event in events:
+        fold.push(event)
+    return fold.collect()

@@ -1,0 +1,132 @@
+"""Webhooks (SPEC §14): what a delivery is, independent of how it is stored or sent.
+
+A run created with ``webhook: {url, secret?}`` has each ``subagent/end`` POSTed to ``url`` in the
+Standard Webhooks form. This module holds the rules: which targets are allowed, the payload, the
+stable ``webhook-id``, the signature headers, the backoff between attempts and when a delivery
+gives up. The outbox rows live in :mod:`lastword.store.outbox`; the sender that works through
+them is :mod:`lastword.webhooks.sender`.
+
+Choices made here:
+
+* **The payload is fixed when the end commits.** Its bytes are stored in the outbox, so every
+  retry sends the same body; only ``webhook-timestamp`` and the signature are made per attempt
+  (receivers reject old timestamps, which a retry hours later would otherwise carry).
+* **Allowed hosts match the URL's host name**, exactly or by a ``*.`` suffix; unset or ``*``
+  allows any host. The check is on the name as written, not on the address it resolves to.
+* **Backoff** doubles from ``LASTWORD_WEBHOOK_BACKOFF_SECONDS`` with jitter of ±50 %, so
+  deliveries that failed together do not retry together.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import orjson
+from standardwebhooks.webhooks import Webhook
+
+from lastword.errors import InvalidWebhook
+
+DeliveryState = Literal["pending", "delivered", "failed"]
+
+#: The most characters of a receiver's answer kept with an attempt (the rest is never read).
+RESPONSE_EXCERPT = 200
+SECRET_PREFIX = "whsec_"
+MAX_RETRY_DELAY_SECONDS = 3600.0
+EVENT_TYPE = "subagent.end"
+
+
+def allowed_host_patterns(setting: str) -> tuple[str, ...]:
+    """``LASTWORD_WEBHOOK_ALLOWED_HOSTS`` as patterns; empty means any host."""
+    patterns = tuple(part.strip().lower() for part in setting.split(",") if part.strip())
+    return () if "*" in patterns else patterns
+
+
+def host_allowed(host: str, patterns: Sequence[str]) -> bool:
+    if not patterns:
+        return True
+    host = host.lower().rstrip(".")
+    for pattern in patterns:
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]) and host != pattern[2:]:
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def check_webhook(url: str, secret: str | None, allowed: Sequence[str]) -> None:
+    """Raise :class:`InvalidWebhook` (422) for a target or secret this service will not use."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidWebhook("webhook.url must be an http(s) URL with a host", field="webhook.url")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidWebhook("webhook.url must not carry credentials; use webhook.secret", field="webhook.url")
+    if not host_allowed(parts.hostname, allowed):
+        raise InvalidWebhook(
+            f"webhook host {parts.hostname!r} is not in LASTWORD_WEBHOOK_ALLOWED_HOSTS", field="webhook.url"
+        )
+    if secret is not None and not _is_secret(secret):
+        raise InvalidWebhook(
+            "webhook.secret must be 'whsec_' followed by base64, as Standard Webhooks libraries make them",
+            field="webhook.secret",
+        )
+
+
+def _is_secret(secret: str) -> bool:
+    if not secret.startswith(SECRET_PREFIX):
+        return False
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX):] + "==", validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(key) > 0
+
+
+def webhook_id(run_id: str, turn: int) -> str:
+    """The delivery's id: stable across its retries, unique since run ids are never reused."""
+    return f"msg_{run_id}_{turn}"
+
+
+def payload(end: dict[str, Any]) -> str:
+    """The body POSTed for one ``subagent/end`` event, as the run's stream serves it."""
+    return orjson.dumps({"type": EVENT_TYPE, "timestamp": end["endedAt"], "data": end}).decode()
+
+
+def headers(message_id: str, body: str, secret: str | None, now: float) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt (signed when the run gave a secret)."""
+    moment = datetime.fromtimestamp(int(now), UTC)
+    values = {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(now)),
+    }
+    if secret is not None:
+        values["webhook-signature"] = Webhook(secret).sign(message_id, moment, body)
+    return values
+
+
+def retry_delay(attempts_made: int, base_seconds: float, rng: random.Random) -> float:
+    """Seconds before the next attempt, after ``attempts_made`` failed ones (doubling, ±50 %,
+    never more than :data:`MAX_RETRY_DELAY_SECONDS`, so a receiver back after a long outage
+    hears within the hour)."""
+    doubled = base_seconds * 2.0 ** min(attempts_made - 1, 64)
+    return float(min(doubled, MAX_RETRY_DELAY_SECONDS) * rng.uniform(0.5, 1.5))
+
+
+def attempt_record(at: str, duration_ms: float, status: int | None, error: str | None, excerpt: str | None) -> dict[str, Any]:
+    """One attempt as ``GET …/deliveries`` shows it."""
+    record: dict[str, Any] = {"at": at}
+    if status is not None:
+        record["statusCode"] = status
+    if error is not None:
+        record["error"] = error
+    if excerpt:
+        record["response"] = excerpt
+    record["durationMs"] = round(duration_ms, 1)
+    return record

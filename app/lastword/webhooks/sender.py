@@ -1,0 +1,176 @@
+"""The webhook sender: works through the outbox, one attempt per leased delivery.
+
+Each replica runs one sender. It wakes when this replica commits an end (so a delivery usually
+leaves within milliseconds of its end), when the earliest retry falls due, and at least every
+:data:`POLL_SECONDS` (ends committed by other replicas, deliveries a dead replica left behind).
+Each attempt is bounded by ``LASTWORD_WEBHOOK_TIMEOUT_SECONDS`` as a whole (connect, send, the
+answer's head), and a lease is that time plus :data:`LEASE_MARGIN_SECONDS`, so no lease runs out
+while its own attempt is still going and two replicas never POST the same delivery at once.
+
+Redirects are not followed (a redirect is an answer that is not 2xx: the delivery is retried);
+of an answer's body only the first :data:`lastword.webhooks.rules.RESPONSE_EXCERPT` characters are
+read and kept. Secrets and URLs are never logged: a log line names the ``webhook-id`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import httpx
+
+from lastword import __version__
+from lastword.metrics import Metrics
+from lastword.rules.lifecycle import rfc3339
+from lastword.rules.records import DeliveryJob, StoredEvent
+from lastword.store.base import Store
+from lastword.webhooks.rules import RESPONSE_EXCERPT, attempt_record, headers, retry_delay
+
+log = logging.getLogger("lastword")
+# httpx logs every request's URL at INFO; a webhook URL can hold a receiver's own token.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+#: Longest sleep between looks at the outbox when nothing local wakes the sender.
+POLL_SECONDS = 1.0
+#: A lease outlasts its attempt's time-out by this much (the outcome's own write included).
+LEASE_MARGIN_SECONDS = 5.0
+#: Deliveries leased per look; more wait for the next look.
+CLAIM_BATCH = 32
+
+
+class WebhookSender:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        *,
+        backoff_seconds: float,
+        max_attempts: int,
+        timeout_seconds: float,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._backoff = backoff_seconds
+        self._max_attempts = max_attempts
+        self._timeout = timeout_seconds
+        self._clock = clock
+        self._rng = random.Random()
+        self._wake = asyncio.Event()
+        self._client = httpx.AsyncClient(
+            follow_redirects=False, timeout=timeout_seconds, transport=transport,
+            headers={"user-agent": f"lastword/{__version__}"},
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    def ended(self, event: StoredEvent) -> None:
+        """An end committed here: its delivery (if the run has a webhook) is due now."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        """Stop looking; attempts in flight are abandoned, and their leases run out for a retry."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for task in list(self._in_flight):
+            task.cancel()
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._client.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.send_due()
+                sleep = await self._until_next_due()
+            except Exception:  # a passing store failure must not end the sender
+                log.exception("the webhook sender could not read the outbox")
+                sleep = POLL_SECONDS
+            if sleep > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), sleep)
+                except TimeoutError:
+                    pass
+
+    async def _until_next_due(self) -> float:
+        due = await self._store.next_delivery_due()
+        if due is None:
+            return POLL_SECONDS
+        return min(POLL_SECONDS, max(0.0, due - self._clock()))
+
+    async def send_due(self) -> None:
+        """Lease what is due and start an attempt for each; returns once they are started."""
+        while True:
+            jobs = await self._store.claim_deliveries(
+                self._clock(), self._timeout + LEASE_MARGIN_SECONDS, CLAIM_BATCH)
+            for job in jobs:
+                task = asyncio.create_task(self._attempt(job))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+            if len(jobs) < CLAIM_BATCH:
+                return
+
+    async def _attempt(self, job: DeliveryJob) -> None:
+        started_at = self._clock()
+        started = time.perf_counter()
+        status: int | None = None
+        error: str | None = None
+        excerpt: str | None = None
+        try:
+            async with asyncio.timeout(self._timeout):
+                request = self._client.build_request(
+                    "POST", job.url, content=job.payload.encode(),
+                    headers=headers(job.webhook_id, job.payload, job.secret, started_at))
+                response = await self._client.send(request, stream=True)
+                try:
+                    status = response.status_code
+                    excerpt = await _excerpt(response)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            error = f"no answer within {self._timeout:g} s"
+        except httpx.HTTPError as failure:
+            error = f"{type(failure).__name__}: {failure}"[:RESPONSE_EXCERPT]
+        duration_ms = (time.perf_counter() - started) * 1000
+        attempts = [*job.attempts, attempt_record(rfc3339(started_at), duration_ms, status, error, excerpt)]
+        delivered = status is not None and 200 <= status < 300
+        self._metrics.webhook_attempts.labels("ok" if delivered else ("http_error" if status else "network_error")).inc()
+        next_at: float | None = None
+        if delivered:
+            state = "delivered"
+        elif len(attempts) >= self._max_attempts:
+            state = "failed"
+        else:
+            state = "pending"
+            next_at = self._clock() + retry_delay(len(attempts), self._backoff, self._rng)
+        try:
+            kept = await self._store.record_attempt(job, attempts, state, status, next_at)
+        except Exception:
+            log.exception("could not record an attempt of webhook %s; it is retried after its lease", job.webhook_id)
+            return
+        if not kept:
+            log.warning("webhook %s: the lease ran out before its attempt was recorded", job.webhook_id)
+            return
+        if state != "pending":
+            self._metrics.webhook_deliveries.labels(state).inc()
+        if state == "failed":
+            log.warning("webhook %s failed after %d attempts", job.webhook_id, len(attempts))
+
+
+async def _excerpt(response: httpx.Response) -> str | None:
+    """The first characters of an answer's body, reading no more of it than that."""
+    collected = b""
+    async for piece in response.aiter_raw():
+        collected += piece
+        if len(collected) >= RESPONSE_EXCERPT * 4:
+            break
+    text = collected.decode("utf-8", "replace")[:RESPONSE_EXCERPT]
+    return text or None

@@ -1,0 +1,81 @@
+"""The layers hold: import-linter's contracts (``[tool.importlinter]`` in pyproject.toml) are kept,
+each of them fails when its rule is broken, and the rules no import contract can state hold too."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "app" / "lastword"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(package_parent: Path, cache_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Run lint-imports with the repository's contracts over the package found in ``package_parent``."""
+    env = {"PYTHONPATH": str(package_parent), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache_dir)],
+                          cwd=package_parent, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_contracts_are_kept(tmp_path: Path) -> None:
+    checked = lint_imports(ROOT / "app", tmp_path / "cache")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert "Contracts: 5 kept, 0 broken." in checked.stdout, checked.stdout[-2000:]
+
+
+# One import that breaks each contract, written into a copy of the package.
+BREAKS = {
+    "layers": ("store/retention.py", "import lastword.service\n"),
+    "client": ("client/core.py", "import lastword.store.base\n"),
+    "faces-through-service": ("http/views.py", "import lastword.store.base\n"),
+    "pure-rules": ("adapters/base.py", "import httpx\n"),
+    "adapters-independent": ("adapters/acp.py", "import lastword.adapters.anthropic\n"),
+}
+CONTRACT_NAMES = {
+    "layers": "faces -> composition root",
+    "client": "the client imports no server module",
+    "faces-through-service": "the HTTP faces and the app reach the store only",
+    "pure-rules": "the rules and the adapters do no I/O",
+    "adapters-independent": "each adapter stands alone",
+}
+
+
+@pytest.mark.parametrize("contract", sorted(BREAKS))
+def test_each_contract_fails_when_broken(contract: str, tmp_path: Path) -> None:
+    copy = tmp_path / "app" / "lastword"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    module, line = BREAKS[contract]
+    target = copy / module
+    source = target.read_text()
+    # After the module docstring and `from __future__`, where an import is legal.
+    anchor = "from __future__ import annotations\n"
+    assert anchor in source, module
+    target.write_text(source.replace(anchor, anchor + line, 1))
+    checked = lint_imports(tmp_path / "app", tmp_path / "cache")
+    assert checked.returncode != 0, checked.stdout[-2000:]
+    broken = [row for row in checked.stdout.splitlines() if row.endswith("BROKEN") or " BROKEN " in row]
+    assert len(broken) == 1 and CONTRACT_NAMES[contract] in broken[0], checked.stdout[-2000:]
+
+
+def test_the_faces_reach_no_store_through_the_service() -> None:
+    """No route, stream or app wiring reaches past the service to its store, hub or notices
+    (an attribute path, which no import contract sees)."""
+    for path in [*(PACKAGE / "http").glob("*.py"), PACKAGE / "main.py", PACKAGE / "server.py"]:
+        source = path.read_text()
+        assert not re.search(r"(\bservice|\))\.(store|_store|hub|_hub|_fanout)\b|\.notifier\b", source), path.name
+
+
+def test_the_store_decides_nothing_about_runs() -> None:
+    """The SQL store asks runstate; it raises no state error and sets no status of its own."""
+    for path in (PACKAGE / "store").glob("*.py"):
+        source = path.read_text()
+        assert not re.search(r"\b(RunEnded|TurnAlreadyEnded|NotContinuable|RunRunning|RunExists|EventIdConflict)\(",
+                             source), path.name
+        # Queries may select by status (the sweep's candidates, retention); none may set one.
+        assert not re.search(r"\bstatus=['\"]|SET status = '", source), path.name
