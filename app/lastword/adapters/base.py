@@ -77,10 +77,7 @@ class ProviderAdapter(abc.ABC):
         return {"format": self.format, "events": raw}
 
     def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
-        return NotTheFormat(
-            f"event {index}: {field}: {message} (not a {self.format} stream event)",
-            index=index, field=field, format=self.format,
-        )
+        return refusal(self.format, index, field, message)
 
     def need(self, index: int, container: Any, key: str, kind: type | tuple[type, ...], path: str = "") -> Any:
         """``container[key]``, refused with 422 unless it is present and of ``kind``."""
@@ -110,6 +107,14 @@ class ProviderAdapter(abc.ABC):
             event["eventId"] = event_id
         event["source"] = self.source([raw])
         return event
+
+
+def refusal(format: str, index: int, field: str, message: str, *, noun: str = "event") -> NotTheFormat:
+    """422 for a well-formed ``noun`` (a stream event, a CLI's line) that is not what ``format`` sends."""
+    what = "stream event" if noun == "event" else noun
+    return NotTheFormat(
+        f"{noun} {index}: {field}: {message} (not a {format} {what})", index=index, field=field, format=format,
+    )
 
 
 _JSON_NAMES = {"dict": "an object", "str": "a string", "int": "an integer", "list": "an array", "bool": "a boolean"}

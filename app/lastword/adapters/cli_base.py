@@ -1,0 +1,83 @@
+"""The contract of an agent-CLI adapter (SPEC §16): the lines a CLI prints in, §4 events out.
+
+An agent CLI (Claude Code, Codex, opencode) prints a whole run on its standard output, one JSON
+object a line. A CLI adapter is pure and incremental like a provider adapter (:mod:`base`):
+``feed(index, line)`` takes one line (``index`` is its position among the body's lines) and
+returns what that line completes, ``finish()`` what the end of the body completes. Unlike a
+provider body, one CLI body is a whole run, so what the adapter makes is stored as it is made,
+and a line may make events for a *child* run (a subagent the CLI ran inside the run): each
+:class:`Made` says which run takes its event.
+
+``eventId``s come from the CLI's own ids (a line's ``uuid``, a message id, an item or part id);
+a line without an id of its own gets the session's id, its type and its position among the
+body's lines of that type. Either way a body sent again from its start stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from lastword.adapters.base import Event, NotTheFormat, StreamStop, refusal
+
+__all__ = ["CliAdapter", "Event", "Made", "NotTheFormat", "StreamStop"]
+
+
+@dataclass(slots=True, frozen=True)
+class Made:
+    """One §4 event and the run that takes it.
+
+    ``child`` is ``None`` for the run the body was posted to; otherwise the key of the child run
+    ``{runId}.{child}`` (created on first sight with ``parentRunId`` = the run and ``agent``).
+    """
+
+    event: Event
+    child: str | None = None
+    agent: str | None = None
+
+
+class CliAdapter(abc.ABC):
+    """Translates one agent CLI's standard output, a line at a time, into §4 events."""
+
+    #: The ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}``.
+    format: ClassVar[str]
+
+    def __init__(self) -> None:
+        #: Lines read so far.
+        self.lines_read = 0
+        self._stop = StreamStop(None, None)
+        self._positions: Counter[str] = Counter()
+
+    @abc.abstractmethod
+    def feed(self, index: int, line: Event) -> list[Made]:
+        """Translate one line; the events it completes, in the order they are to be stored."""
+
+    def finish(self) -> list[Made]:
+        """What the end of the body completes (a message still being assembled)."""
+        return []
+
+    @property
+    def stop(self) -> StreamStop:
+        """How the run stopped: ``stop_reason`` is set once a terminal line was read;
+        ``provider`` is the CLI's own word for it (``providerStopReason``)."""
+        return self._stop
+
+    # Helpers shared by the CLIs.
+
+    def source(self, raw: list[Event]) -> dict[str, Any]:
+        return {"format": self.format, "events": raw}
+
+    def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
+        return refusal(self.format, index, field, message, noun="line")
+
+    def positional_id(self, session: str | None, kind: str) -> str:
+        """The id of a line without one of its own: session, type, position among that type."""
+        position = self._positions[kind]
+        self._positions[kind] += 1
+        return f"{session or self.format}:{kind}:{position}"
+
+    def extension(self, kind: str, event_id: str, raw: Event, child: str | None = None) -> Made:
+        """An ``x-<format>-<kind>`` event: kept, never interpreted."""
+        return Made({"type": f"x-{self.format}-{kind}", "eventId": event_id, "source": self.source([raw])}, child)
