@@ -117,6 +117,29 @@ class _Call(Generic[T]):
         return options
 
 
+#: What ``ingest_cli_stream`` takes: an agent CLI's standard output as lines (str or bytes, with
+#: or without their newline). A list or tuple is one body, retried on failure; any other iterable
+#: is streamed once, each line written as it comes (the async client also takes async iterables).
+CliLines = Iterable[str | bytes] | AsyncIterable[str | bytes]
+
+
+def _cli_line(line: str | bytes) -> bytes:
+    """One line of a CLI's output as NDJSON: bytes ending with a newline."""
+    data = line.encode() if isinstance(line, str) else line
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _cli_body(lines: Iterable[str | bytes]) -> bytes | Iterator[bytes]:
+    if isinstance(lines, (list, tuple)):
+        return b"".join(_cli_line(line) for line in lines)
+    return (_cli_line(line) for line in lines)
+
+
+async def _acli_body(lines: AsyncIterable[str | bytes]) -> AsyncIterator[bytes]:
+    async for line in lines:
+        yield _cli_line(line)
+
+
 #: What ``push_provider_stream`` takes: a whole body (bytes or str, sent as is and retried on
 #: failure), or an iterable of provider events (dicts or SDK models, sent as NDJSON) or of raw
 #: body pieces (bytes, e.g. a provider response's ``iter_bytes()``), streamed once; the async
@@ -269,6 +292,13 @@ class _Core:
             headers["Idempotency-Key"] = idempotency_key
         return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult),
                      params={"end": "true" if end else "false"}, content=body, headers=headers)
+
+    def ingest_cli_stream(self, run_id: str, format: str, body: Any) -> _Call[IngestResult]:
+        """An agent CLI's standard output (SPEC §16); ``body`` is bytes or pieces. Its lines carry
+        the CLI's own ids, from which the service derives ``eventId``s: a body sent again from its
+        first line stores nothing twice, so no ``Idempotency-Key`` is needed."""
+        return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult), content=body,
+                     headers={"content-type": "application/x-ndjson"})
 
     def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
         return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
@@ -515,6 +545,18 @@ class LastwordClient:
         return self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
                                                           idempotency_key))
 
+    def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines) -> IngestResult:
+        """Store an agent CLI's standard output (``claude-code``, ``codex``, ``opencode``; SPEC §16)
+        as one NDJSON request; the service stores each line as it arrives.
+
+        A list or tuple of lines is one body, retried on failure; any other iterable is streamed
+        once, each line written the moment the iterable yields it (to resend after a failure,
+        send the whole output again from its first line: nothing is stored twice).
+        """
+        if isinstance(lines, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.ingest_cli_stream")
+        return self._send(self._core.ingest_cli_stream(run_id, format, _cli_body(lines)))
+
     def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""
         return self._send(self._core.end(run_id, stop_reason, error, cascade))
@@ -682,6 +724,17 @@ class AsyncLastwordClient:
             content = _async_of(pieces)
         return await self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
                                                                 idempotency_key))
+
+    async def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines) -> IngestResult:
+        """As :meth:`LastwordClient.ingest_cli_stream`; an async iterable is streamed as it yields."""
+        body: Any
+        if isinstance(lines, AsyncIterable):
+            body = _acli_body(lines)
+        else:
+            body = _cli_body(lines)
+            if not isinstance(body, bytes):
+                body = _async_of(body)
+        return await self._send(self._core.ingest_cli_stream(run_id, format, body))
 
     async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""
