@@ -2,10 +2,12 @@
 
 ``serve`` runs the service; ``tail``, ``result`` and ``push`` talk to a running one through the
 client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN``); ``audit``
-reports what its runs' transcripts had to repair; ``demo`` plays a scripted child.
+reports what its runs' transcripts had to repair; ``demo`` plays a scripted child; ``run``
+runs an agent CLI as a child and keeps its output (:mod:`lastword.cli.run`).
 
 A refusal by the service or a service that cannot be reached is one line on stderr and an
-exit status (see ``EXIT_STATUSES``), never a traceback: the command is used from scripts.
+exit status (see ``EXIT_STATUSES``; ``run`` has its own, ``lastword.cli.run.EXIT_STATUSES``),
+never a traceback: the command is used from scripts.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from lastword import __version__
 from lastword.client.core import LastwordAPIError, LastwordClient
 from lastword.settings import Settings
 
-#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means.
+#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means (``run``: its stop reason).
 EXIT_STATUSES = {
     0: "done",
     1: "the service refused the request (the line says its status and problem code)",
@@ -199,6 +201,33 @@ def _push(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from lastword.cli import run
+
+    command = args.child[1:] if args.child[:1] == ["--"] else args.child
+    try:
+        if not command:
+            raise run.UsageError("give the command to run after --")
+        format = run.format_of(command, args.format)
+        with _client(args) as client:
+            outcome = run.run_child(client, command, format=format, run_id=args.run_id,
+                                    parent_run_id=args.parent, agent=args.agent)
+    except run.UsageError as error:
+        print(f"lastword run: {error}", file=sys.stderr)
+        return run.USAGE
+    except run.CommandNotRun as error:
+        print(f"lastword run: {error}", file=sys.stderr)
+        return error.status
+    except LastwordAPIError as error:
+        print(f"lastword run: {_problem_line(error)}", file=sys.stderr)
+        return run.REFUSED
+    except httpx.TransportError as error:
+        print(f"lastword run: {_unreachable_line(args.url, error)}", file=sys.stderr)
+        return run.UNREACHABLE
+    run.print_outcome(outcome, args.json)
+    return outcome.status
+
+
 def _add_remote(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
                         help="the service's base URL (default: $LASTWORD_URL or http://127.0.0.1:8000)")
@@ -289,6 +318,32 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="print the counts as JSON instead")
     _add_remote(audit)
     audit.set_defaults(handler=_audit)
+
+    from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
+    from lastword.cli.run import FORMATS, FORMATS_BY_COMMAND
+
+    run = commands.add_parser(
+        "run",
+        help="run an agent CLI as a child and keep its last word",
+        description="Create a run, start COMMAND, stream its standard output into the run as it is "
+        "printed (sent again from the start after a lost connection: nothing is lost or stored twice), "
+        "and when it exits print the selected output. Standard input and error are COMMAND's own; "
+        "SIGINT and SIGTERM are passed on to it and end the turn cancelled.",
+        epilog="example: lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
+        "--output-format stream-json --verbose.   exit statuses: "
+        + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
+    )
+    run.add_argument("--run-id", help="the run's id (default: a new one)")
+    run.add_argument("--parent", metavar="ID", help="the parent run's id")
+    run.add_argument("--agent", metavar="NAME", help="the agent's name (default: COMMAND's file name)")
+    run.add_argument("--format", choices=["auto", *FORMATS], default="auto",
+                     help="COMMAND's output format; auto: by its name ("
+                     + ", ".join(f"{name} is {fmt}" for name, fmt in FORMATS_BY_COMMAND.items()) + ")")
+    run.add_argument("--json", action="store_true", help="print the whole SubagentResult as JSON")
+    _add_remote(run)
+    run.add_argument("child", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS ...]",
+                     help="the child to run, after --")
+    run.set_defaults(handler=_run)
     return parser
 
 

@@ -1,0 +1,298 @@
+"""``lastword run -- COMMAND``: an agent CLI run as a child, its standard output kept as it is printed.
+
+The command creates the run, starts COMMAND with its standard output piped (standard input and
+error are the command's own), and streams every line the child prints into
+``POST /v1/runs/{runId}/ingest/{format}`` (SPEC §16) as one long-lived request: a line is written
+the moment it is read, so subscribers see the child's progress live.
+
+**Nothing printed is lost.** Every line read is kept in memory until the request is answered. If
+the request fails (the service restarted, the network dropped), a new one sends the child's
+whole output so far again from its first line, then goes on with the new lines: the service
+derives ``eventId``s from the CLI's own ids and from each line's position in the body, so the
+lines sent twice are counted as duplicates, not stored twice. This is also why the output is not
+cut into several requests the way :mod:`lastword.client.stream_pusher` rolls its requests over:
+the positions are counted per body, so every body must start at the first line. While the child
+is silent, a blank line (which NDJSON readers skip) is written every ``KEEPALIVE`` seconds, well
+inside the service's body time-out. Reconnecting goes on as long as the child runs, and for
+``GIVE_UP_AFTER_EXIT`` seconds after it exited.
+
+**The end.** When the child has exited and the request is answered, a turn the output did not end
+itself (no terminal line) is ended: ``cancelled`` if ``lastword run`` was sent SIGINT or SIGTERM
+(both are passed on to the child), ``error`` naming the exit status if it was not 0, else
+``completed``. A body the service refused (a line it cannot read) ends it ``error`` with the
+service's words. Then the turn's result is printed: the selected output's text blocks, joined by
+a blank line, or with ``--json`` the whole ``SubagentResult``.
+
+**Exit statuses** (``EXIT_STATUSES``): the turn's stop reason, as SPEC §16 maps it, once the turn
+ended; 2 for a bad command line; and, when there is no turn to report, statuses that no stop
+reason uses: 7 when the service refused a request, 8 when it cannot be reached, 126 and 127
+(as shells and ``timeout(1)`` use them) when COMMAND cannot be run or is not found. The other
+``lastword`` commands use 1 and 4 for "refused" and "unreachable"; here those say ``error`` and
+``max_turns``, so a parent reading the status can never take lastword's trouble for the child's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import IO, Any
+
+from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.client.stream_pusher import _is_retried
+from lastword.schemas import IngestResult, SubagentResult
+
+#: ``--format auto``: the format of a command, by its file name.
+FORMATS_BY_COMMAND = {"claude": "claude-code", "codex": "codex", "opencode": "opencode"}
+FORMATS = ("claude-code", "codex", "opencode")
+
+#: The exit status for each stop reason (SPEC §16).
+EXIT_BY_STOP_REASON = {
+    "completed": 0, "error": 1, "max_tokens": 3, "max_turns": 4, "refusal": 5, "timeout": 6, "cancelled": 130,
+}
+USAGE, REFUSED, UNREACHABLE, NOT_EXECUTABLE, NOT_FOUND = 2, 7, 8, 126, 127
+EXIT_STATUSES = {
+    **{code: f"the turn ended {reason}" for reason, code in EXIT_BY_STOP_REASON.items()},
+    USAGE: "bad command line",
+    REFUSED: "the service refused a request (the line says its status and problem code)",
+    UNREACHABLE: "the service cannot be reached",
+    NOT_EXECUTABLE: "COMMAND cannot be run",
+    NOT_FOUND: "COMMAND is not found",
+}
+
+#: Seconds of silence after which a blank line is written (the service's body time-out is 30 s).
+KEEPALIVE = 10.0
+#: Seconds a reconnect waits at most; the pauses before grow from ``FIRST_PAUSE``.
+LONGEST_PAUSE = 5.0
+FIRST_PAUSE = 0.2
+#: Seconds the output of a child that exited is still offered to a service that cannot be reached.
+GIVE_UP_AFTER_EXIT = 120.0
+
+
+class UsageError(Exception):
+    """The command line cannot be run as given (exit status 2)."""
+
+
+class CommandNotRun(Exception):
+    """COMMAND could not be started; ``status`` is 126 or 127."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def format_of(command: Sequence[str], requested: str) -> str:
+    """The ingest format: the one asked for, or with ``auto`` the one of the command's name."""
+    if requested != "auto":
+        return requested
+    name = os.path.basename(command[0])
+    if name not in FORMATS_BY_COMMAND:
+        known = ", ".join(f"{command} ({fmt})" for command, fmt in FORMATS_BY_COMMAND.items())
+        raise UsageError(f"cannot tell the output format of {name!r} (known: {known}); give --format")
+    return FORMATS_BY_COMMAND[name]
+
+
+class ChildOutput:
+    """The lines a child printed, kept, and bodies that send them from the first line on."""
+
+    def __init__(self, keepalive: float = KEEPALIVE) -> None:
+        self._keepalive = keepalive
+        self._lines: list[bytes] = []
+        self._changed = threading.Condition()
+        #: When the child's output ended (``time.monotonic()``), or None while it runs.
+        self.ended_at: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def append(self, line: bytes) -> None:
+        if not line.endswith(b"\n"):
+            line += b"\n"  # the last line of an output that does not end with a newline
+        with self._changed:
+            self._lines.append(line)
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        with self._changed:
+            self.ended_at = time.monotonic()
+            self._changed.notify_all()
+
+    def body(self) -> Iterator[bytes]:
+        """Every line from the first, each written as soon as it is read, until the output ends;
+        a blank line after ``keepalive`` seconds of silence."""
+        sent = 0
+        while True:
+            with self._changed:
+                if sent == len(self._lines) and self.ended_at is None:
+                    self._changed.wait(self._keepalive)
+                lines = self._lines[sent:]
+                ended = self.ended_at is not None
+            sent += len(lines)
+            if lines:
+                yield b"".join(lines)
+            elif ended:
+                return
+            else:
+                yield b"\n"
+
+
+@dataclass
+class Delivery:
+    """How the child's output fared: the service's answer, or why there is none."""
+
+    answer: IngestResult | None = None
+    refusal: LastwordAPIError | None = None
+    failure: BaseException | None = None
+
+
+def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutput, delivery: Delivery) -> None:
+    """Send the output until the service answers it; after a failure, again from the first line."""
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
+            delivery.answer = client.ingest_cli_stream(run_id, format, output.body())
+            return
+        except LastwordAPIError as error:
+            if not _is_retried(error):
+                delivery.refusal = error
+                return
+            failure: BaseException = error
+        except Exception as error:
+            if not _is_retried(error):
+                delivery.failure = error
+                return
+            failure = error
+        if output.ended_at is not None and time.monotonic() - output.ended_at > GIVE_UP_AFTER_EXIT:
+            delivery.failure = failure
+            return
+        # A connection that lived a while was not refused at once: start the pauses again.
+        failures = 1 if time.monotonic() - started > LONGEST_PAUSE else failures + 1
+        time.sleep(min(LONGEST_PAUSE, FIRST_PAUSE * 2 ** (failures - 1)))
+
+
+def _exit_words(status: int) -> str:
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The turn's result and the exit status it maps to."""
+
+    result: SubagentResult
+    status: int
+
+
+def run_child(
+    client: LastwordClient, command: Sequence[str], *, format: str, run_id: str | None = None,
+    parent_run_id: str | None = None, agent: str | None = None, keepalive: float = KEEPALIVE,
+) -> Outcome:
+    """Create the run, run ``command`` with its output streamed into it, end the turn if the
+    output did not, and return the turn's result (see the module's docstring)."""
+    executable = shutil.which(command[0])
+    if executable is None:
+        raise CommandNotRun(NOT_FOUND, f"{command[0]}: command not found")
+    name = os.path.basename(command[0])
+    run = client.create_run(run_id, parent_run_id=parent_run_id, agent=agent or name)
+    try:
+        child = subprocess.Popen([executable, *command[1:]], stdout=subprocess.PIPE)
+    except OSError as error:
+        client.end(run.runId, "error", error={"message": f"{name} could not be started: {error}"})
+        raise CommandNotRun(NOT_EXECUTABLE, f"{command[0]}: {error.strerror or error}") from error
+    signalled = threading.Event()
+
+    def pass_on(signum: int, frame: FrameType | None) -> None:
+        signalled.set()
+        child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
+    output = ChildOutput(keepalive)
+    delivery = Delivery()
+    sender = threading.Thread(target=deliver, args=(client, run.runId, format, output, delivery),
+                              name="lastword-run-sender", daemon=True)
+    try:
+        sender.start()
+        _read_lines(child.stdout, output)
+        exit_status = child.wait()
+    finally:
+        # Once the child is gone, a signal stops lastword itself (say, while it waits for a
+        # service that is down): the first one, passed on, already asked for the end.
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    sender.join()
+    if delivery.failure is not None:
+        raise delivery.failure
+    if delivery.answer is None or delivery.answer.stopReason is None:
+        _end_turn(client, run.runId, name, exit_status, signalled.is_set(), delivery.refusal)
+    result = client.result(run.runId)
+    return Outcome(result, EXIT_BY_STOP_REASON.get(result.stopReason or "", REFUSED))
+
+
+def _read_lines(stdout: IO[bytes] | None, output: ChildOutput) -> None:
+    assert stdout is not None
+    with stdout:
+        for line in stdout:  # a line as soon as it is complete (the pipe's reads return what is there)
+            output.append(line)
+    output.end()
+
+
+def _end_turn(client: LastwordClient, run_id: str, name: str, exit_status: int, signalled: bool,
+              refusal: LastwordAPIError | None) -> None:
+    """End a turn that the child's output left open; a turn ended meanwhile (its parent
+    cancelled it, its lease ran out) keeps the stop reason it ended with."""
+    if refusal is not None and refusal.code == "run_ended":
+        return
+    error: dict[str, Any] | None = None
+    if signalled:
+        stop_reason = "cancelled"
+    elif refusal is not None:
+        stop_reason = "error"
+        detail = refusal.problem.get("detail") or refusal.problem.get("title") or refusal.code
+        error = {"message": f"the service could not store {name}'s output: {detail}", "code": refusal.code}
+    elif exit_status != 0:
+        stop_reason = "error"
+        error = {"message": f"{name} {_exit_words(exit_status)}", "exitStatus": exit_status}
+    else:
+        stop_reason = "completed"
+    try:
+        client.end(run_id, stop_reason, error=error)
+    except LastwordAPIError as ended:
+        if ended.status != 409:
+            raise
+
+
+def text_of(result: SubagentResult) -> str:
+    """The selected output's text blocks, joined by a blank line."""
+    return "\n\n".join(block["text"] for block in result.output if block.get("type") == "text" and block.get("text"))
+
+
+def headline(result: SubagentResult) -> str | None:
+    """One line for standard error about a turn that did not complete."""
+    if result.stopReason == "completed":
+        return None
+    message = result.error.get("message") if isinstance(result.error, dict) else result.error
+    return f"run {result.runId} ended {result.stopReason}" + (f": {message}" if message else "")
+
+
+def print_outcome(outcome: Outcome, as_json: bool, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> None:
+    if as_json:
+        print(outcome.result.model_dump_json(indent=2, exclude_none=True), file=out)
+    else:
+        text = text_of(outcome.result)
+        if text:
+            print(text, file=out)
+    line = headline(outcome.result)
+    if line is not None:
+        print(f"lastword run: {line}", file=err)
