@@ -17,7 +17,7 @@ from tests.servers import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
-COMMANDS = ["serve", "demo", "tail", "result", "push", "audit"]
+COMMANDS = ["serve", "demo", "tail", "result", "push", "audit", "run"]
 
 
 def lastword(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:

@@ -1,0 +1,229 @@
+"""``lastword run -- COMMAND`` against a real server process and a real child process.
+
+The child is a small script that echoes what the test writes to its standard input (``lastword
+run`` passes its own standard input through) and exits with status N at a line ``exit N``: it
+prints Codex lines when the test says so, never on a timer, so nothing here races a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.servers import ServerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+WAIT = 30.0
+
+ECHO_CHILD = """\
+import sys
+
+for line in sys.stdin:
+    if line.startswith("exit "):
+        sys.exit(int(line.split()[1]))
+    sys.stdout.write(line)
+    sys.stdout.flush()
+"""
+
+
+def codex(line: dict[str, Any]) -> str:
+    return json.dumps(line) + "\n"
+
+
+THREAD = codex({"type": "thread.started", "thread_id": "t1"})
+TURN = codex({"type": "turn.started"})
+COMPLETED = codex({"type": "turn.completed", "usage": {"input_tokens": 5, "cached_input_tokens": 0, "output_tokens": 2}})
+
+
+def message(number: int, text: str) -> str:
+    return codex({"type": "item.completed", "item": {"id": f"item_{number}", "type": "agent_message", "text": text}})
+
+
+def failed(text: str) -> str:
+    return codex({"type": "turn.failed", "error": {"message": text}})
+
+
+def server_env(database: Path) -> dict[str, str]:
+    return {"LASTWORD_DATABASE_URL": f"sqlite:///{database}", "LASTWORD_LOG_LEVEL": "error"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(server_env(tmp_path_factory.mktemp("run") / "lastword.db"), cwd=REPO).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> list[str]:
+    """The echoing child's command line."""
+    script = tmp_path / "child.py"
+    script.write_text(ECHO_CHILD)
+    return [sys.executable, str(script)]
+
+
+def lastword_run(url: str, *options: str, command: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "lastword.cli", "run", "--url", url, *options, "--", *command],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run_through(url: str, child: list[str], lines: str, *options: str) -> subprocess.CompletedProcess[bytes]:
+    """``lastword run`` with the whole input at once; its status, output and error."""
+    process = lastword_run(url, "--format", "codex", *options, command=child)
+    out, err = process.communicate(lines.encode(), timeout=WAIT)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def feed(process: subprocess.Popen[bytes], *lines: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write("".join(lines).encode())
+    process.stdin.flush()
+
+
+def logged(url: str, run_id: str) -> list[dict[str, Any]]:
+    """Every event of the run's log."""
+    events: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = httpx.get(f"{url}/v1/runs/{run_id}/events", params={"after": after, "limit": 1000}, timeout=10)
+        if page.status_code == 404:
+            return []
+        page.raise_for_status()
+        body = page.json()
+        events.extend(entry["event"] for entry in body["events"])
+        if not body["events"]:
+            return events
+        after = body["nextAfter"]
+
+
+def messages(url: str, run_id: str) -> list[str]:
+    """The text of every stored assistant message, in log order."""
+    return ["".join(block.get("text", "") for block in event["message"]["content"])
+            for event in logged(url, run_id) if event["type"] == "assistant/message"]
+
+
+def wait_for_messages(url: str, run_id: str, count: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while len(messages(url, run_id)) < count:
+        assert time.monotonic() < deadline, f"{count} messages were not stored in time: {messages(url, run_id)}"
+        time.sleep(0.02)
+
+
+def test_prints_the_selected_output_and_exits_0(server: ServerProcess, child: list[str]) -> None:
+    """The child's last message is printed once its turn.completed ends the turn; exit status 0."""
+    done = run_through(server.url, child, THREAD + TURN + message(0, "draft") + message(1, "the answer") + COMPLETED
+                       + "exit 0\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "the answer\n"
+
+
+def test_json_prints_the_subagent_result_of_the_run_it_created(server: ServerProcess, child: list[str]) -> None:
+    """--json prints the SubagentResult; the run has the given id, parent and the command's name as agent."""
+    parent = httpx.post(f"{server.url}/v1/runs", json={"agent": "orchestrator"}).json()["runId"]
+    run_id = f"{parent}-child"
+    done = run_through(server.url, child, THREAD + TURN + message(0, "the answer") + COMPLETED + "exit 0\n",
+                       "--json", "--run-id", run_id, "--parent", parent)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["runId"] == run_id
+    assert result["stopReason"] == "completed" and result["isError"] is False
+    assert result["output"] == [{"type": "text", "text": "the answer"}]
+    run = httpx.get(f"{server.url}/v1/runs/{run_id}").json()
+    assert run["parentRunId"] == parent
+    assert run["agent"] == os.path.basename(sys.executable)
+
+
+@pytest.mark.parametrize(("lines", "status", "stop_reason", "error"), [
+    pytest.param(failed("the model is overloaded") + "exit 0\n", 1, "error", "the model is overloaded",
+                 id="turn.failed"),
+    pytest.param(failed("response cut at max_output_tokens") + "exit 0\n", 3, "max_tokens", None,
+                 id="turn.failed-max_output_tokens"),
+    pytest.param("exit 3\n", 1, "error", "exited with status 3", id="non-zero-exit-without-terminal-line"),
+    pytest.param("exit 0\n", 0, "completed", None, id="exit-0-without-terminal-line"),
+])
+def test_the_exit_status_is_the_stop_reasons(
+    server: ServerProcess, child: list[str], lines: str, status: int, stop_reason: str, error: str | None,
+) -> None:
+    """A terminal line ends the turn with its stop reason; without one, the child's exit status decides."""
+    done = run_through(server.url, child, THREAD + TURN + message(0, "partial") + lines, "--json")
+    assert done.returncode == status, done.stderr
+    result = json.loads(done.stdout)
+    assert result["stopReason"] == stop_reason
+    assert result["output"] == [{"type": "text", "text": "partial"}]
+    if error is not None:
+        assert error in result["error"]["message"]
+        assert f"ended {stop_reason}" in done.stderr.decode()
+
+
+def test_format_auto_goes_by_the_commands_name(server: ServerProcess, tmp_path: Path) -> None:
+    """--format auto reads a command named codex as Codex; a command it does not know is a usage error (2)."""
+    named = tmp_path / "codex"
+    named.write_text(f"#!{sys.executable}\n" + ECHO_CHILD)
+    named.chmod(0o755)
+    process = lastword_run(server.url, "--json", command=[str(named), "exec", "--json"])
+    out, err = process.communicate((THREAD + TURN + message(0, "by name") + COMPLETED + "exit 0\n").encode(),
+                                   timeout=WAIT)
+    assert process.returncode == 0, err
+    result = json.loads(out)
+    assert result["output"] == [{"type": "text", "text": "by name"}]
+    assert httpx.get(f"{server.url}/v1/runs/{result['runId']}").json()["agent"] == "codex"
+
+    unknown = lastword_run(server.url, command=[sys.executable, "-c", "pass"])
+    _, err = unknown.communicate(timeout=WAIT)
+    assert unknown.returncode == 2
+    assert b"--format" in err
+
+
+def test_sigterm_is_passed_to_the_child_and_ends_the_turn_cancelled(server: ServerProcess, child: list[str]) -> None:
+    """SIGTERM reaches the child (which waits on its input and would never exit by itself); the
+    turn ends cancelled with what it printed before; exit status 130."""
+    run_id = f"sigterm-{time.time_ns()}"
+    process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, command=child)
+    try:
+        feed(process, THREAD, TURN, message(0, "before the signal"))
+        wait_for_messages(server.url, run_id, 1)
+        process.send_signal(signal.SIGTERM)
+        # Its standard input stays open: the child can only end by the signal passed on to it.
+        assert process.wait(timeout=WAIT) == 130
+        assert process.stdout is not None
+        assert process.stdout.read().decode() == "before the signal\n"
+    finally:
+        process.kill()
+        process.communicate()
+    result = httpx.get(f"{server.url}/v1/runs/{run_id}/result").json()
+    assert result["stopReason"] == "cancelled"
+
+
+def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_path: Path, child: list[str]) -> None:
+    """The server is killed after some lines and started again while the child prints more: every
+    line's event is stored exactly once, in the order printed."""
+    server = ServerProcess(server_env(tmp_path / "lastword.db"), cwd=REPO).start()
+    try:
+        run_id = f"restart-{time.time_ns()}"
+        process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, command=child)
+        feed(process, THREAD, TURN, message(0, "zero"), message(1, "one"))
+        wait_for_messages(server.url, run_id, 2)
+        server.kill()
+        feed(process, message(2, "two"), message(3, "three"))  # printed while the server is down
+        server.start()
+        feed(process, message(4, "four"), COMPLETED, "exit 0\n")
+        out, err = process.communicate(timeout=WAIT)
+        assert process.returncode == 0, err
+        assert out.decode() == "four\n"
+        assert messages(server.url, run_id) == ["zero", "one", "two", "three", "four"]
+        ids = [event["eventId"] for event in logged(server.url, run_id) if "eventId" in event]
+        assert len(ids) == len(set(ids))
+    finally:
+        server.stop()
