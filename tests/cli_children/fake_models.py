@@ -69,9 +69,12 @@ def status(code: int, repeat: bool = True) -> dict:
     return {"status": code, "repeat": repeat}
 
 
-def sse_error(text_before: str, repeat: bool = True) -> dict:
-    """A stream that starts text, then an error event instead of the end."""
-    return {"text": text_before, "sse_error": True, "repeat": repeat}
+def sse_error(text_before: str, repeat: bool = True, kind: str = "error") -> dict:
+    """A stream that starts text, then an error event instead of the end.
+
+    kind (Responses API only): "error" sends an ``error`` event, "failed" a ``response.failed``.
+    """
+    return {"text": text_before, "sse_error": kind, "repeat": repeat}
 
 
 SHELL_CMD = "echo hi"
@@ -99,6 +102,7 @@ SCENARIOS: dict[str, dict[str, list[dict]]] = {
         "main": [tool("shell", text_before="Running a command before the overload.", command=SHELL_CMD), status(529)]
     },
     "sse_error_mid_stream": {"main": [sse_error("The stream starts and then")]},
+    "sse_failed_mid_stream": {"main": [sse_error("The stream starts and then", kind="failed")]},
     "subagent": {
         "main": [
             tool("subagent", text_before="I will delegate this.", prompt=f"{SUBAGENT_MARKER}: reply with a greeting."),
@@ -437,6 +441,10 @@ def _make_handler(srv: FakeServer):
                 for j, w in enumerate(words):
                     ev({"type": "response.output_text.delta", "item_id": iid, "output_index": idx,
                         "content_index": 0, "delta": w if j == 0 else " " + w})
+                if step.get("sse_error") == "failed":
+                    ev({"type": "response.failed", "response": {**base, "status": "failed", "error": {
+                        "code": "server_error", "message": "The server had an error while processing your request."}}})
+                    return
                 if step.get("sse_error"):
                     ev({"type": "error", "code": "server_error", "message": "The server had an error while "
                         "processing your request.", "param": None})

@@ -41,7 +41,7 @@ CLIS: dict[str, dict] = {
     "claude-code-partial": {"flavour": "anthropic",
                             "scenarios": COMMON + ["http_529_mid_run", "subagent", "subagent_foreground"]},
     "codex": {"flavour": "openai-responses",
-              "scenarios": COMMON + ["codex_shell_then_final", "codex_retry_repeat"]},
+              "scenarios": COMMON + ["sse_failed_mid_stream", "codex_shell_then_final", "codex_retry_repeat"]},
     "opencode": {"flavour": "openai-chat", "scenarios": COMMON + ["subagent"]},
 }
 PACKAGES = {"claude-code": "@anthropic-ai/claude-code", "claude-code-partial": "@anthropic-ai/claude-code",
