@@ -34,42 +34,43 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeAlias
 
 SUBAGENT_MARKER = "SUBAGENT-TASK-7f3a"
 SIDE_TEXT = "Fake side reply"
 EXHAUSTED_TEXT = "(fake server: script exhausted)"
 MODEL = "fake-model"
+NameInput: TypeAlias = "tuple[str, dict[str, Any]] | None"
 
 
 # --------------------------------------------------------------------------- steps
 
 
-def text(t: str, stop: str = "end", **kw: Any) -> dict:
+def text(t: str, stop: str = "end", **kw: Any) -> dict[str, Any]:
     """A text reply. stop: 'end' | 'max_tokens'."""
     return {"text": t, "stop": stop, **kw}
 
 
 def tool(kind: str = "shell", text_before: str = "", command: str = "echo hi", prompt: str = "",
-         background: bool | None = None, **kw: Any) -> dict:
+         background: bool | None = None, **kw: Any) -> dict[str, Any]:
     """A reply that calls a tool (optionally after some text)."""
-    spec = {"kind": kind, "command": command, "prompt": prompt}
+    spec: dict[str, Any] = {"kind": kind, "command": command, "prompt": prompt}
     if background is not None:
         spec["run_in_background"] = background
     return {"text": text_before, "stop": "tool", "tool": spec, **kw}
 
 
-def empty(stop: str = "end", **kw: Any) -> dict:
+def empty(stop: str = "end", **kw: Any) -> dict[str, Any]:
     """A reply with no content at all."""
     return {"text": "", "stop": stop, **kw}
 
 
-def status(code: int, repeat: bool = True) -> dict:
+def status(code: int, repeat: bool = True) -> dict[str, Any]:
     """An HTTP error answer."""
     return {"status": code, "repeat": repeat}
 
 
-def sse_error(text_before: str, repeat: bool = True, kind: str = "error") -> dict:
+def sse_error(text_before: str, repeat: bool = True, kind: str = "error") -> dict[str, Any]:
     """A stream that starts text, then an error event instead of the end.
 
     kind (Responses API only): "error" sends an ``error`` event, "failed" a ``response.failed``.
@@ -79,7 +80,7 @@ def sse_error(text_before: str, repeat: bool = True, kind: str = "error") -> dic
 
 SHELL_CMD = "echo hi"
 
-SCENARIOS: dict[str, dict[str, list[dict]]] = {
+SCENARIOS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "completion": {"main": [text("Hello from the fake model. The answer is 42.")]},
     # every later request is cut again (repeat), to see where the CLI gives up
     "max_tokens_partial": {"main": [text("This answer is cut off at the token ceil", stop="max_tokens", repeat=True)]},
@@ -136,7 +137,7 @@ SCENARIOS: dict[str, dict[str, list[dict]]] = {
 # ------------------------------------------------------------------ tool resolution
 
 
-def _tool_names(body: dict) -> list[str]:
+def _tool_names(body: dict[str, Any]) -> list[str]:
     names = []
     for t in body.get("tools") or []:
         if not isinstance(t, dict):
@@ -150,7 +151,7 @@ def _tool_names(body: dict) -> list[str]:
     return names
 
 
-def resolve_tool(spec: dict, body: dict) -> tuple[str, dict]:
+def resolve_tool(spec: dict[str, Any], body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(name, input) for an abstract tool call, given the tools this request declares."""
     names = _tool_names(body)
     if spec["kind"] == "subagent":
@@ -179,7 +180,7 @@ def resolve_tool(spec: dict, body: dict) -> tuple[str, dict]:
 # ---------------------------------------------------------------------- the server
 
 
-def _first_user_text(body: dict) -> str:
+def _first_user_text(body: dict[str, Any]) -> str:
     msgs = body.get("messages")
     if msgs is None:
         msgs = body.get("input")
@@ -192,14 +193,14 @@ def _first_user_text(body: dict) -> str:
 
 
 class FakeServer:
-    def __init__(self, scenario: str | dict, flavour: str):
+    def __init__(self, scenario: str | dict[str, Any], flavour: str):
         self.flavour = flavour
         self.scenario = scenario if isinstance(scenario, str) else "custom"
         script = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.lanes = {k: list(v) for k, v in script.items()}
         self.pos = {k: 0 for k in self.lanes}
-        self.requests: list[dict] = []  # JSON bodies of model requests
-        self.log: list[dict] = []  # every request: method, path, lane, step, body
+        self.requests: list[dict[str, Any]] = []  # JSON bodies of model requests
+        self.log: list[dict[str, Any]] = []  # every request: method, path, lane, step, body
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self.httpd.daemon_threads = True
@@ -212,7 +213,7 @@ class FakeServer:
     def model_requests(self) -> int:
         return len(self.requests)
 
-    def next_step(self, body: dict) -> tuple[str, dict]:
+    def next_step(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if SUBAGENT_MARKER in _first_user_text(body):
             lane = "sub"
         elif not _tool_names(body):
@@ -234,24 +235,24 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self):
+    def __enter__(self) -> "FakeServer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def start(scenario: str | dict, flavour: str) -> FakeServer:
+def start(scenario: str | dict[str, Any], flavour: str) -> FakeServer:
     if flavour not in ("anthropic", "openai-responses", "openai-chat"):
         raise ValueError(flavour)
     return FakeServer(scenario, flavour)
 
 
-def _make_handler(srv: FakeServer):
+def _make_handler(srv: FakeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *a):  # quiet
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
         # -- plumbing
@@ -275,7 +276,7 @@ def _make_handler(srv: FakeServer):
                 out += self.rfile.read(size)
                 self.rfile.readline()
 
-        def _json(self, code: int, obj: Any, headers: dict | None = None) -> None:
+        def _json(self, code: int, obj: Any, headers: dict[str, Any] | None = None) -> None:
             data = json.dumps(obj).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -301,18 +302,18 @@ def _make_handler(srv: FakeServer):
             self.wfile.write(chunk.encode())
             self.wfile.flush()
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             srv.log.append({"method": "GET", "path": self.path})
             if self.path.rstrip("/").endswith("/models"):
                 return self._json(200, {"object": "list", "data": [], "models": []})
             self._json(200, {})
 
-        def do_HEAD(self):
+        def do_HEAD(self) -> None:
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             body = self._body()
             path = self.path.split("?")[0]
             entry = {"method": "POST", "path": self.path, "t": time.time()}
@@ -361,16 +362,16 @@ def _make_handler(srv: FakeServer):
                                                "code": "server_error", "param": None}})
 
         # -- Anthropic Messages
-        def _anthropic(self, body: dict, step: dict, name_input) -> None:
+        def _anthropic(self, body: dict[str, Any], step: dict[str, Any], name_input: NameInput) -> None:
             mid = "msg_fake_" + uuid.uuid4().hex[:20]
             in_tok = len(json.dumps(body)) // 4
-            blocks: list[dict] = []
+            blocks: list[dict[str, Any]] = []
             if step.get("text"):
                 blocks.append({"type": "text", "text": step["text"]})
             if name_input:
                 blocks.append({"type": "tool_use", "id": "toolu_fake_" + uuid.uuid4().hex[:16],
                                "name": name_input[0], "input": name_input[1]})
-            stop = {"end": "end_turn", "max_tokens": "max_tokens", "tool": "tool_use"}.get(step.get("stop"), "end_turn")
+            stop = {"end": "end_turn", "max_tokens": "max_tokens", "tool": "tool_use"}.get(str(step.get("stop")), "end_turn")
             out_tok = max(1, len(step.get("text", "")) // 4 + (10 if name_input else 0))
             usage = {"input_tokens": in_tok, "output_tokens": out_tok,
                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -410,7 +411,7 @@ def _make_handler(srv: FakeServer):
             self._sse("message_stop", {"type": "message_stop"})
 
         # -- OpenAI Responses
-        def _responses(self, body: dict, step: dict, name_input) -> None:
+        def _responses(self, body: dict[str, Any], step: dict[str, Any], name_input: NameInput) -> None:
             rid = "resp_fake_" + uuid.uuid4().hex[:20]
             model = body.get("model", MODEL)
             in_tok = len(json.dumps(body)) // 4
@@ -423,13 +424,13 @@ def _make_handler(srv: FakeServer):
             self._sse_start()
             seq = iter(range(10**6))
 
-            def ev(obj: dict) -> None:
+            def ev(obj: dict[str, Any]) -> None:
                 obj["sequence_number"] = next(seq)
                 self._sse(obj["type"], obj)
 
             ev({"type": "response.created", "response": dict(base)})
             ev({"type": "response.in_progress", "response": dict(base)})
-            output: list[dict] = []
+            output: list[dict[str, Any]] = []
             idx = 0
             if step.get("text"):
                 iid = "msg_fake_" + uuid.uuid4().hex[:20]
@@ -482,10 +483,10 @@ def _make_handler(srv: FakeServer):
                     "usage": usage}})
 
         # -- OpenAI Chat Completions
-        def _chat(self, body: dict, step: dict, name_input) -> None:
+        def _chat(self, body: dict[str, Any], step: dict[str, Any], name_input: NameInput) -> None:
             cid = "chatcmpl-fake" + uuid.uuid4().hex[:20]
             model = body.get("model", MODEL)
-            finish = {"end": "stop", "max_tokens": "length", "tool": "tool_calls"}.get(step.get("stop"), "stop")
+            finish = {"end": "stop", "max_tokens": "length", "tool": "tool_calls"}.get(str(step.get("stop")), "stop")
             in_tok = len(json.dumps(body)) // 4
             out_tok = max(1, len(step.get("text", "")) // 4)
             usage = {"prompt_tokens": in_tok, "completion_tokens": out_tok, "total_tokens": in_tok + out_tok}
@@ -496,7 +497,7 @@ def _make_handler(srv: FakeServer):
             if not body.get("stream"):
                 if step.get("sse_error"):
                     return self._error("openai-chat", 500)
-                msg: dict = {"role": "assistant", "content": step.get("text") or None}
+                msg: dict[str, Any] = {"role": "assistant", "content": step.get("text") or None}
                 if call:
                     msg["tool_calls"] = [call]
                 return self._json(200, {"id": cid, "object": "chat.completion", "created": int(time.time()),
@@ -504,10 +505,9 @@ def _make_handler(srv: FakeServer):
                                                                      "finish_reason": finish}], "usage": usage})
             self._sse_start()
 
-            def chunk(delta: dict, fr=None, **extra) -> None:
+            def chunk(delta: dict[str, Any], fr: str | None = None) -> None:
                 self._sse(None, {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
-                                 "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": fr}],
-                                 **extra})
+                                 "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": fr}]})
 
             chunk({"role": "assistant", "content": ""})
             if step.get("text"):

@@ -23,10 +23,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import fake_models  # noqa: E402
+# importable both as a script (python tests/cli_children/record.py) and as tests.cli_children.record
+sys.path.insert(0, str(HERE.parents[1]))
+from tests.cli_children import fake_models  # noqa: E402
 
 BIN = HERE / "node_modules" / ".bin"
 FIXTURES = HERE / "fixtures"
@@ -36,7 +38,7 @@ TIMEOUT = 90
 # which fake flavour each CLI talks to, and which scenarios apply to it
 COMMON = ["completion", "max_tokens_partial", "tool_then_empty_max_tokens", "tool_then_empty_end_turn",
           "continued_after_ceiling", "http_500_mid_run", "sse_error_mid_stream"]
-CLIS: dict[str, dict] = {
+CLIS: dict[str, dict[str, Any]] = {
     "claude-code": {"flavour": "anthropic", "scenarios": COMMON + ["http_529_mid_run", "subagent", "subagent_foreground"]},
     "claude-code-partial": {"flavour": "anthropic",
                             "scenarios": COMMON + ["http_529_mid_run", "subagent", "subagent_foreground"]},
@@ -50,10 +52,10 @@ PACKAGES = {"claude-code": "@anthropic-ai/claude-code", "claude-code-partial": "
 
 def cli_version(cli: str) -> str:
     pkg = HERE / "node_modules" / PACKAGES[cli] / "package.json"
-    return json.loads(pkg.read_text())["version"]
+    return str(json.loads(pkg.read_text())["version"])
 
 
-def _base_env(tmp: Path) -> dict:
+def _base_env(tmp: Path) -> dict[str, Any]:
     home = tmp / "home"
     for d in ("home", "home/.config", "home/.local/share", "home/.cache", "home/.local/state"):
         (tmp / d).mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,7 @@ def _base_env(tmp: Path) -> dict:
     }
 
 
-def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict) -> list[str]:
+def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
     env.update({
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": "fake",
@@ -101,7 +103,7 @@ def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict) -> list[
     return argv
 
 
-def _setup_codex(url: str, tmp: Path, work: Path, env: dict) -> list[str]:
+def _setup_codex(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
     codex_home = tmp / "codex_home"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text(f"""\
@@ -141,7 +143,7 @@ exporter = "none"
             "--dangerously-bypass-approvals-and-sandbox", "-C", str(work), PROMPT]
 
 
-def _setup_opencode(url: str, tmp: Path, work: Path, env: dict) -> list[str]:
+def _setup_opencode(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
     cfg = {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
@@ -175,7 +177,7 @@ def _setup_opencode(url: str, tmp: Path, work: Path, env: dict) -> list[str]:
 
 
 def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = False,
-            details: dict | None = None) -> tuple[bytes, int]:
+            details: dict[str, Any] | None = None) -> tuple[bytes, int]:
     """Run one CLI x scenario against its fake; return (stdout bytes, exit code).
 
     ``details``, when given, is filled with argv, stderr, the fake's request log, etc.
@@ -215,8 +217,8 @@ def _scrub(argv: list[str], url: str) -> list[str]:
     return [a.replace(str(HERE), "tests/cli_children").replace(url, "http://127.0.0.1:PORT") for a in argv]
 
 
-def record(cli: str, scenario: str, keep: bool = False) -> dict:
-    d: dict = {}
+def record(cli: str, scenario: str, keep: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = {}
     out, rc = run_cli(cli, scenario, keep=keep, details=d)
     dest = FIXTURES / cli
     dest.mkdir(parents=True, exist_ok=True)

@@ -9,17 +9,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-def _short(s, n=70):
-    s = s if isinstance(s, str) else json.dumps(s)
+def _short(v: Any, n: int = 70) -> str:
+    s = v if isinstance(v, str) else json.dumps(v)
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def _blocks(content) -> str:
-    out = []
+def _blocks(content: Any) -> str:
+    out: list[str] = []
     for b in content if isinstance(content, list) else [content]:
         if not isinstance(b, dict):
             out.append(_short(b, 40))
@@ -35,7 +36,7 @@ def _blocks(content) -> str:
     return ", ".join(out)
 
 
-def describe(o: dict) -> str:
+def describe(o: dict[str, Any]) -> str:
     t = o.get("type")
     # Claude Code
     if t == "system":
