@@ -2,6 +2,7 @@
 """Print one short line per stdout line of recorded fixtures (a reading aid).
 
     python tests/cli_children/summarize.py [fixtures/<cli>/<scenario>.ndjson ...]
+    python tests/cli_children/summarize.py --table    # one row per fixture, for README.md
 """
 
 from __future__ import annotations
@@ -95,6 +96,57 @@ def describe(o: dict[str, Any]) -> str:
     return _short(o, 160)
 
 
+def tag(o: dict[str, Any]) -> str:
+    """A short name for a line's kind, as used in README.md's tables."""
+    t = o.get("type")
+    if t == "system":
+        return f"system/{o.get('subtype')}"
+    if t == "stream_event":
+        return f"stream_event/{o['event']['type']}"
+    if t in ("assistant", "user"):
+        c = o["message"]["content"]
+        kinds = ",".join(b.get("type", "?") for b in c) if isinstance(c, list) else "text"
+        extra = "<synthetic>" if o["message"].get("model") == "<synthetic>" else ""
+        extra += "(sub)" if o.get("parent_tool_use_id") else ""
+        extra += "(isSynthetic)" if o.get("isSynthetic") else ""
+        return f"{t}[{kinds}]{extra}"
+    if t == "result":
+        return f"result/{o.get('subtype')}"
+    if isinstance(t, str) and t.startswith("item."):
+        return f"{t}:{o['item']['type']}"
+    return str(t)
+
+
+def table() -> None:
+    for cli_dir in sorted((HERE / "fixtures").iterdir()):
+        cli = cli_dir.name
+        print(f"\n### {cli}\n\n| scenario | exit | model requests | lines (runs collapsed) | final answer |")
+        print("| --- | --- | --- | --- | --- |")
+        for p in sorted(cli_dir.glob("*.ndjson")):
+            lines = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+            seq: list[list[Any]] = []
+            for o in lines:
+                tg = tag(o)
+                if seq and seq[-1][0] == tg:
+                    seq[-1][1] += 1
+                else:
+                    seq.append([tg, 1])
+            flow = " → ".join(f"{a}×{n}" if n > 1 else a for a, n in seq)
+            meta = json.loads(p.with_suffix(".meta.json").read_text())
+            if cli.startswith("claude"):
+                fin = "<br>".join(f"`{o['subtype']}` is_error={o['is_error']} terminal_reason={o.get('terminal_reason')} "
+                                  f"stop_reason={o.get('stop_reason')}: {_short(o['result'], 80)!r}"
+                                  for o in lines if o.get("type") == "result")
+            elif cli == "codex":
+                msgs = [o["item"]["text"] for o in lines
+                        if o.get("type") == "item.completed" and o["item"]["type"] == "agent_message"]
+                fin = f"last agent_message: {msgs[-1]!r}" if msgs else "no agent_message"
+            else:
+                texts = [o["part"]["text"] for o in lines if o.get("type") == "text"]
+                fin = f"last text: {texts[-1]!r}" if texts else "no text"
+            print(f"| {p.stem} | {meta['exit_code']} | {meta['model_requests']} | `{flow}` | {fin} |")
+
+
 def main(paths: list[str]) -> None:
     if not paths:
         paths = sorted(str(p) for p in (HERE / "fixtures").glob("*/*.ndjson"))
@@ -110,4 +162,7 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--table"]:
+        table()
+    else:
+        main(sys.argv[1:])
