@@ -10,7 +10,9 @@ retries and failures are top-level ``error`` lines.
   ``turn.completed``/``turn.failed`` line, or the end of the body) is kept as
   ``x-codex-reasoning``: it is not output, so a turn cut after its reasoning does not answer
   with the reasoning alone. A reasoning item with blank text is kept as ``x-codex-reasoning``
-  at once, for the same reason (a reasoning block is substantive even when empty).
+  at once, and an ``agent_message`` with blank text does not take the reasoning held (it
+  waits for the next one), for the same reason: a reasoning block is substantive even when
+  empty, and a message holding only reasoning would hide the answer before it.
 * ``command_execution`` → an ``assistant/message`` holding one ``tool_call`` (``id`` the item
   id, ``name`` ``shell``, ``input`` ``{command}``), then a ``tool/result`` (the aggregated
   output, ``isError`` when the exit code is not 0, a missing exit code included).
@@ -99,6 +101,8 @@ class CodexAdapter(CliAdapter):
         event_id = f"{self._thread or self.format}:{item_id}"
         if kind == "agent_message":
             text = self._need(index, item, "text", str, "item.")
+            if not text.strip():  # no answer to carry the reasoning: it waits for the next
+                return [self._message([{"type": "text", "text": text}], event_id, [line])]
             blocks = [block for block, _, _ in self._reasoning] + [{"type": "text", "text": text}]
             raw = [held for _, held, _ in self._reasoning] + [line]
             self._reasoning = []
