@@ -35,6 +35,7 @@ SCENARIOS = {
     "h": "bench.adapter",
     "i": "bench.loop_stall",
     "j": "bench.fleet",
+    "k": "bench.cli_stream",
     "w": "bench.webhooks",
 }
 

@@ -12,12 +12,18 @@ from collections.abc import Iterable
 from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.anthropic import AnthropicAdapter
 from lastword.adapters.base import Event, NotTheFormat, ProviderAdapter, StreamStop
+from lastword.adapters.claude_code import ClaudeCodeAdapter
+from lastword.adapters.cli_base import CliAdapter
+from lastword.adapters.codex import CodexAdapter
 from lastword.adapters.openai_responses import OpenAIResponsesAdapter
+from lastword.adapters.opencode import OpencodeAdapter
 
 ADAPTERS: dict[str, type[ProviderAdapter]] = {
     adapter.format: adapter for adapter in (AnthropicAdapter, OpenAIResponsesAdapter, ACPAdapter)
 }
 FORMATS = tuple(ADAPTERS)
+#: Agent CLIs' standard output (SPEC §16), by ``{format}`` of the same endpoint.
+CLI_ADAPTERS: dict[str, type[CliAdapter]] = {adapter.format: adapter for adapter in (ClaudeCodeAdapter, CodexAdapter, OpencodeAdapter)}
 
 
 def translate(
@@ -32,4 +38,4 @@ def translate(
     return made, adapter.stop
 
 
-__all__ = ["ADAPTERS", "FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]
+__all__ = ["ADAPTERS", "CLI_ADAPTERS", "FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]

@@ -84,7 +84,7 @@ class ProviderAdapter(abc.ABC):
         value = container.get(key) if isinstance(container, dict) else None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise self.refuse(index, f"{path}{key}", f"expected {_JSON_NAMES.get(names, names)}")
+            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES.get(names, names)}")
         return value
 
     def optional(self, index: int, container: dict[str, Any], key: str, kind: type, path: str = "") -> Any:
@@ -117,7 +117,7 @@ def refusal(format: str, index: int, field: str, message: str, *, noun: str = "e
     )
 
 
-_JSON_NAMES = {"dict": "an object", "str": "a string", "int": "an integer", "list": "an array", "bool": "a boolean"}
+JSON_NAMES = {"dict": "an object", "str": "a string", "int": "an integer", "list": "an array", "bool": "a boolean"}
 
 
 def with_id(event: Event, event_id: str | None) -> Event:

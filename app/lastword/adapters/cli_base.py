@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lastword.adapters.base import Event, NotTheFormat, StreamStop, refusal
+from lastword.adapters.base import JSON_NAMES, Event, NotTheFormat, StreamStop, refusal
 
 __all__ = ["CliAdapter", "Event", "Made", "NotTheFormat", "StreamStop"]
 
@@ -71,6 +71,18 @@ class CliAdapter(abc.ABC):
 
     def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
         return refusal(self.format, index, field, message, noun="line")
+
+    def need(self, index: int, container: Any, key: str, kind: type | tuple[type, ...], path: str = "") -> Any:
+        """``container[key]``, refused with 422 naming the line unless present and of ``kind``."""
+        value = container.get(key) if isinstance(container, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES.get(names, names)}")
+        return value
+
+    def need_str(self, index: int, container: Any, key: str, path: str = "") -> str:
+        value: str = self.need(index, container, key, str, path)
+        return value
 
     def positional_id(self, session: str | None, kind: str) -> str:
         """The id of a line without one of its own: session, type, position among that type."""

@@ -12,7 +12,9 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from lastword.adapters import CLI_ADAPTERS
 from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
+from lastword.http.cli_ingest import ingest_cli_stream
 from lastword.http.ingest import (
     ingest_json,
     ingest_ndjson,
@@ -333,11 +335,16 @@ INGEST_BODY = {
 async def ingest_provider(
     request: Request,
     runId: str,
-    format: Annotated[Literal["anthropic", "openai-responses", "acp"],
-                      Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP.")],
-    end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn.")] = False,
+    format: Annotated[Literal["anthropic", "openai-responses", "acp", "claude-code", "codex", "opencode"],
+                      Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP "
+                                       "(one model call, SPEC §13); or the standard output of an agent CLI, "
+                                       "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
+    end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn "
+                                           "(provider streams; a CLI's terminal line always does).")] = False,
 ) -> dict[str, Any]:
-    """Store a provider's own stream (one model call) as session events (SPEC §13)."""
+    """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
+    if format in CLI_ADAPTERS:
+        return await ingest_cli_stream(request, service_of(request), settings_of(request), runId, format)
     return await ingest_provider_stream(request, service_of(request), settings_of(request), runId, format, end)
 
 

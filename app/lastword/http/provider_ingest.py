@@ -78,7 +78,7 @@ async def ingest_provider_stream(
     made = adapter.finish(end=end)
     staged.extend(made)
     origins.extend([index] * len(made))
-    encoded = _checked(staged, origins, limit)
+    encoded = checked_events(staged, origins, limit)
     if staged:
         outcome = await service.append(run_id, staged, encoded)
         answer: dict[str, Any] = {"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq}
@@ -92,7 +92,7 @@ async def ingest_provider_stream(
     return answer
 
 
-def _checked(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
+def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
     """The staged events as JSON; refuse, naming the provider event's index, what the adapter made from unusable values.
 
     The adapters check the shape of what they read; the values they pass on (token counts, a

@@ -1,0 +1,411 @@
+"""Claude Code's ``--output-format stream-json --verbose`` lines as §4 events (SPEC §16).
+
+What the CLI prints, as recorded from the real program (``tests/cli_children/``):
+
+- ``assistant`` lines carry **one content block each**; the blocks of one reply share its
+  ``message.id``. Their ``stop_reason`` is always null and their usage is the one of
+  ``message_start``. A reply with no block (an empty step) prints no ``assistant`` line at all.
+- With ``--include-partial-messages``, ``stream_event`` lines wrap the Messages API's own
+  stream events: the text deltas, and ``message_delta`` with the reply's real stop reason.
+- When the output-token ceiling cuts a reply the CLI asks the model to go on with a user line
+  marked ``isSynthetic`` and starts a new reply; after the third cut, or on an API error, it
+  prints an assistant message of its own (``model: "<synthetic>"``, an ``error`` field) whose
+  text is an error sentence, and its ``result`` line repeats that sentence as the result.
+
+So a reply is assembled block by block and stored once complete: when a line of the same
+context arrives that is not its block and may answer it (a user line that is not the CLI's
+own nudge, the next reply, its ``message_stop``, the ``result``), or at the end of the body.
+A reply followed by the next one with only nudges and system lines in between was cut by the
+ceiling (``stopReason: "max_tokens"``), so ``selection.joinContinuations`` answers it whole.
+The CLI's own messages are never output: they are stored empty, their text as the ``error``.
+
+Lines with ``parent_tool_use_id`` belong to a subagent the CLI ran through its ``Agent``
+(``Task``) tool: they go to the child run ``{runId}.{tool_use_id}``. A foreground subagent
+ends with the parent's tool result for its call (its output: ``tool_use_result.content``); a
+backgrounded one answers that call at once (``async_launched``) and ends at its
+``system/task_notification``.
+
+Stream events that add nothing to what the ``assistant`` lines hold (block starts and stops,
+tool-input and signature deltas) are read and not stored; ``message_start``/``message_delta``
+give the reply's id, usage and stop reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lastword.adapters.base import chunk, usage_of
+from lastword.adapters.cli_base import CliAdapter, Event, Made, StreamStop
+
+#: The tools through which Claude Code runs a subagent (``Task`` in older releases).
+SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
+#: Stop reasons a reply may carry that §6 names (others, e.g. ``tool_use``, are not recorded).
+_MESSAGE_STOPS = {"max_tokens": "max_tokens", "end_turn": "end_turn", "stop_sequence": "stop_sequence",
+                  "refusal": "refusal", "model_context_window_exceeded": "max_tokens"}
+_USAGE_FIELDS = (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
+                 ("cacheReadTokens", "cache_read_input_tokens"), ("cacheWriteTokens", "cache_creation_input_tokens"))
+
+
+@dataclass(slots=True)
+class _Reply:
+    """An assistant reply being assembled from its per-block lines."""
+
+    id: str
+    blocks: list[Event] = field(default_factory=list)
+    raw: list[Event] = field(default_factory=list)
+    usage: dict[str, int] | None = None
+    stop: str | None = None
+
+
+@dataclass(slots=True)
+class _Context:
+    """The run, or one subagent: its reply in progress and what it has stored."""
+
+    child: str | None
+    agent: str | None = None
+    reply: _Reply | None = None
+    #: Usage of the replies stored, for the remainder the ``result`` line adds.
+    usage: dict[str, int] = field(default_factory=dict)
+    replies_stored: int = 0
+    substantive: bool = False
+    last_error: dict[str, Any] | None = None
+    ended: bool = False
+
+
+class ClaudeCodeAdapter(CliAdapter):
+    format = "claude-code"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._contexts: dict[str | None, _Context] = {None: _Context(None)}
+        #: Subagent type by the id of the ``Agent``/``Task`` call that started it.
+        self._agents: dict[str, str | None] = {}
+        self._session: str | None = None
+        #: The CLI's own usage total (the ``result`` lines') and the eventId of the turn's end.
+        self._total: dict[str, int] = {}
+        self._end: str | None = None
+
+    # -- lines -------------------------------------------------------------------------------
+
+    def feed(self, index: int, line: Event) -> list[Made]:
+        self.lines_read += 1
+        kind = self.need_str(index, line, "type")
+        session = line.get("session_id")
+        if isinstance(session, str) and self._session is None:
+            self._session = session
+        line_id = line.get("uuid")
+        event_id = line_id if isinstance(line_id, str) and line_id else self.positional_id(self._session, kind)
+        parent = line.get("parent_tool_use_id")
+        if parent is not None and not isinstance(parent, str):
+            raise self.refuse(index, "parent_tool_use_id", "expected a string or null")
+        if kind == "assistant":
+            return self._assistant(index, line, self._context(parent))
+        if kind == "user":
+            return self._user(index, line, event_id, self._context(parent))
+        if kind == "stream_event":
+            return self._stream_event(index, line, event_id, self._context(parent))
+        if kind == "result":
+            return self._result(index, line, event_id)
+        if kind == "system":
+            return self._system(index, line, event_id)
+        return [self.extension(kind, event_id, line, parent and self._context(parent).child)]
+
+    def finish(self) -> list[Made]:
+        made: list[Made] = []
+        for context in self._contexts.values():
+            made.extend(self._flush(context, next_reply=False))
+        return [*made, *self._turn_end()]
+
+    def _assistant(self, index: int, line: Event, context: _Context) -> list[Made]:
+        message = self.need(index, line, "message", dict)
+        content = self.need(index, message, "content", list, "message.")
+        reply_id = self.need_str(index, message, "id", "message.")
+        if message.get("model") == "<synthetic>" or line.get("error") is not None:
+            # The CLI's own message: an error sentence in the place of the reply. Not output.
+            made = self._flush(context, next_reply=True)
+            text = "".join(block.get("text", "") for block in content if isinstance(block, dict))
+            kind = line.get("error") if isinstance(line.get("error"), str) else "api_error"
+            context.last_error = {"type": kind, "message": text}
+            event = {"type": "assistant/message", "eventId": reply_id,
+                     "message": {"id": reply_id, "content": [], "error": context.last_error},
+                     "source": self.source([line])}
+            context.replies_stored += 1
+            return [*made, self._made(event, context)]
+        made = []
+        if context.reply is not None and context.reply.id != reply_id:
+            made = self._flush(context, next_reply=True)
+        if context.reply is None:
+            context.reply = _Reply(reply_id)
+        reply = context.reply
+        for position, block in enumerate(content):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise self.refuse(index, f"message.content.{position}", "expected a block with a type")
+            reply.blocks.append(self._block(index, block, position))
+        reply.raw.append(line)
+        if isinstance(message.get("usage"), dict) and reply.usage is None:
+            reply.usage = self._usage(index, message["usage"], "message.usage.")
+        stop = message.get("stop_reason")
+        if isinstance(stop, str) and stop in _MESSAGE_STOPS:
+            reply.stop = _MESSAGE_STOPS[stop]
+        return made
+
+    def _block(self, index: int, block: Event, position: int) -> Event:
+        kind = block["type"]
+        path = f"message.content.{position}."
+        if kind == "text":
+            return {"type": "text", "text": self.need_str(index, block, "text", path)}
+        if kind == "tool_use":
+            call_id = self.need_str(index, block, "id", path)
+            name = self.need_str(index, block, "name", path)
+            tool_input = self.need(index, block, "input", dict, path)
+            if name in SUBAGENT_TOOLS:
+                agent = tool_input.get("subagent_type")
+                self._agents[call_id] = agent if isinstance(agent, str) else None
+            return {"type": "tool_call", "id": call_id, "name": name, "input": tool_input}
+        if kind == "thinking":
+            reasoning: Event = {"type": "reasoning", "text": self.need_str(index, block, "thinking", path)}
+            if isinstance(block.get("signature"), str):
+                reasoning["signature"] = block["signature"]
+            return reasoning
+        return block  # redacted_thinking, images, server tools: kept as sent
+
+    def _user(self, index: int, line: Event, event_id: str, context: _Context) -> list[Made]:
+        message = self.need(index, line, "message", dict)
+        content = message.get("content")
+        if not isinstance(content, (str, list)):
+            raise self.refuse(index, "message.content", "expected a string or an array")
+        if line.get("isSynthetic") is True:
+            # The CLI's own nudge ("Output token limit hit. Resume directly…"), not the user's
+            # words: kept, and it neither answers the reply nor stops a join of its parts.
+            return [self.extension("user", event_id, line, context.child)]
+        made = self._flush(context, next_reply=False)
+        results = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"] \
+            if isinstance(content, list) else []
+        if not results or len(results) != len(content):
+            event = {"type": "user/message", "eventId": event_id, "message": {"content": content},
+                     "source": self.source([line])}
+            return [*made, self._made(event, context)]
+        for position, block in enumerate(results):
+            call_id = self.need_str(index, block, "tool_use_id", f"message.content.{position}.")
+            result: Event = {"type": "tool/result", "eventId": event_id if len(results) == 1 else f"{event_id}:{position}",
+                             "toolCallId": call_id, "content": _tool_content(block.get("content")),
+                             "isError": block.get("is_error") is True, "source": self.source([line])}
+            made.append(self._made(result, context))
+            if call_id in self._agents:
+                made.extend(self._subagent_answered(call_id, block, line, event_id))
+        return made
+
+    def _stream_event(self, index: int, line: Event, event_id: str, context: _Context) -> list[Made]:
+        event = self.need(index, line, "event", dict)
+        kind = self.need_str(index, event, "type", "event.")
+        if kind == "message_start":
+            message = self.need(index, event, "message", dict, "event.")
+            made = self._flush(context, next_reply=True)
+            context.reply = _Reply(self.need_str(index, message, "id", "event.message."))
+            if isinstance(message.get("usage"), dict):
+                context.reply.usage = self._usage(index, message["usage"], "event.message.usage.")
+            return made
+        if kind == "content_block_delta":
+            delta = self.need(index, event, "delta", dict, "event.")
+            if delta.get("type") == "text_delta":
+                return [self._made(chunk("text", self.need_str(index, delta, "text", "event.delta."), event_id,
+                                         self.source([line])), context)]
+            if delta.get("type") == "thinking_delta":
+                return [self._made(chunk("reasoning", self.need_str(index, delta, "thinking", "event.delta."),
+                                         event_id, self.source([line])), context)]
+            return []
+        if kind == "message_delta" and context.reply is not None:
+            delta = event.get("delta")
+            stop = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if isinstance(stop, str) and stop in _MESSAGE_STOPS:
+                context.reply.stop = _MESSAGE_STOPS[stop]
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                latest = self._usage(index, usage, "event.usage.", partial=True)
+                context.reply.usage = {**(context.reply.usage or {}), **latest}
+            return []
+        if kind == "message_stop":
+            return self._flush(context, next_reply=False)
+        return []
+
+    def _result(self, index: int, line: Event, event_id: str) -> list[Made]:
+        context = self._contexts[None]
+        made = self._flush(context, next_reply=False)
+        subtype = self.need_str(index, line, "subtype")
+        usage = self._usage(index, line["usage"], "usage.") if isinstance(line.get("usage"), dict) else None
+        error = context.last_error
+        if subtype == "error_max_turns":
+            stop = "max_turns"
+        elif (error is not None and error["type"] == "max_output_tokens") or line.get("stop_reason") == "max_tokens":
+            stop = "max_tokens"
+        elif line.get("is_error") is True or subtype.startswith("error"):
+            stop = "error"
+            if error is None:
+                text = line.get("result") if isinstance(line.get("result"), str) else subtype
+                error = {"type": subtype, "message": text}
+        elif line.get("stop_reason") == "refusal":
+            stop = "refusal"
+        else:
+            stop = "completed"
+        if usage is not None:
+            for name, value in usage.items():
+                self._total[name] = self._total.get(name, 0) + value
+        made.append(self.extension("result", event_id, line))
+        self._end = f"{event_id}:end"
+        self._stop = StreamStop(subtype, stop, error if stop != "completed" else None)
+        return made
+
+    def _turn_end(self) -> list[Made]:
+        """The turn's end, made when the body ends after a ``result`` line.
+
+        Not at the ``result`` itself: a backgrounded subagent's completion makes the CLI start
+        another turn after it and print a second ``result``; the run's turn is the CLI's whole
+        run, and its stop the last ``result``'s."""
+        if self._end is None:
+            return []
+        context = self._contexts[None]
+        made: list[Made] = []
+        if self._total and context.replies_stored:
+            # §4 sums the turn's messages; what they did not carry comes as a usage-only one,
+            # so the sum is the CLI's own total.
+            remainder = {name: max(0, value - context.usage.get(name, 0)) for name, value in self._total.items()}
+            if any(remainder.values()):
+                made.append(Made({"type": "assistant/message", "eventId": f"{self._end}:usage",
+                                  "message": {"content": [], "usage": remainder}, "source": self.source([])}))
+        end: Event = {"type": "turn/end", "eventId": self._end, "stopReason": self._stop.stop_reason,
+                      "source": self.source([])}
+        if self._total:
+            end["usage"] = {"inputTokens": 0, "outputTokens": 0, **self._total}
+        if self._stop.error is not None:
+            end["error"] = self._stop.error
+        made.append(Made(end))
+        context.ended = True
+        self._end = None
+        return made
+
+    def _system(self, index: int, line: Event, event_id: str) -> list[Made]:
+        subtype = line.get("subtype")
+        call_id = line.get("tool_use_id")
+        made: list[Made] = []
+        if subtype == "init":
+            # A new CLI turn starts: the reply before it was not cut, it was answered.
+            made.extend(self._flush(self._contexts[None], next_reply=False))
+        if subtype == "task_started" and isinstance(call_id, str) and self._agents.get(call_id) is None:
+            agent = line.get("subagent_type")
+            self._agents[call_id] = agent if isinstance(agent, str) else None
+        made.append(self.extension("system", event_id, line))
+        if subtype == "task_notification" and isinstance(call_id, str) and call_id in self._contexts:
+            child = self._contexts[call_id]
+            if not child.ended:
+                made.extend(self._flush(child, next_reply=False))
+                if not child.substantive and isinstance(line.get("summary"), str) and line["summary"].strip():
+                    made.append(self._made({"type": "assistant/message", "eventId": f"{event_id}:output",
+                                            "message": {"content": [{"type": "text", "text": line["summary"]}]},
+                                            "source": self.source([line])}, child))
+                stop = "completed" if line.get("status") == "completed" else "error"
+                made.append(self._end_child(child, stop, f"{event_id}:end", line))
+        return made
+
+    # -- subagents ---------------------------------------------------------------------------
+
+    def _context(self, parent: str | None) -> _Context:
+        context = self._contexts.get(parent)
+        if context is None:
+            context = self._contexts[parent] = _Context(parent, self._agents.get(parent or ""))
+        return context
+
+    def _subagent_answered(self, call_id: str, block: Event, line: Event, event_id: str) -> list[Made]:
+        result = line.get("tool_use_result")
+        result = result if isinstance(result, dict) else {}
+        if result.get("status") == "async_launched" or result.get("isAsync") is True:
+            return []  # backgrounded: it ends at its task_notification
+        child = self._context(call_id)
+        if child.ended:
+            return []
+        made = self._flush(child, next_reply=False)
+        content = result.get("content")
+        output = content if isinstance(content, list) and content else _as_blocks(block.get("content"))
+        message: Event = {"content": output}
+        if isinstance(result.get("usage"), dict):
+            usage = usage_of((name, result["usage"].get(key)) for name, key in _USAGE_FIELDS)
+            if usage is not None and all(type(value) is int and value >= 0 for value in usage.values()):
+                message["usage"] = usage
+        made.append(self._made({"type": "assistant/message", "eventId": f"{event_id}:output", "message": message,
+                                "source": self.source([])}, child))
+        stop = "error" if block.get("is_error") is True else "completed"
+        made.append(self._end_child(child, stop, f"{event_id}:end", None))
+        return made
+
+    def _end_child(self, child: _Context, stop: str, event_id: str, raw: Event | None) -> Made:
+        child.ended = True
+        end: Event = {"type": "turn/end", "eventId": event_id, "stopReason": stop,
+                      "source": self.source([] if raw is None else [raw])}
+        if stop == "error":
+            end["error"] = {"type": "subagent_error", "message": "the subagent's tool call ended in an error"}
+        return self._made(end, child)
+
+    # -- replies -----------------------------------------------------------------------------
+
+    def _flush(self, context: _Context, *, next_reply: bool) -> list[Made]:
+        """Store the reply in progress; ``next_reply``: the next reply starts with nothing
+        model-visible in between, which the CLI does only after the ceiling cut this one."""
+        reply = context.reply
+        if reply is None:
+            return []
+        context.reply = None
+        message: Event = {"id": reply.id, "content": reply.blocks}
+        if reply.usage is not None:
+            message["usage"] = reply.usage
+            for name, value in reply.usage.items():
+                context.usage[name] = context.usage.get(name, 0) + value
+        stop = reply.stop
+        if stop is None and next_reply and not any(block["type"] == "tool_call" for block in reply.blocks):
+            stop = "max_tokens"
+        if stop is not None:
+            message["stopReason"] = stop
+        context.replies_stored += 1
+        context.substantive = context.substantive or bool(reply.blocks)
+        event = {"type": "assistant/message", "eventId": reply.id, "message": message, "source": self.source(reply.raw)}
+        return [self._made(event, context)]
+
+    def _made(self, event: Event, context: _Context) -> Made:
+        if context.child is None:
+            return Made(event)
+        if context.agent is None:
+            context.agent = self._agents.get(context.child)
+        return Made(event, context.child, context.agent)
+
+    # -- values ------------------------------------------------------------------------------
+
+    def _usage(self, index: int, usage: Event, path: str, *, partial: bool = False) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for name, key in _USAGE_FIELDS:
+            value = usage.get(key)
+            if value is None:
+                continue
+            if type(value) is not int or value < 0:
+                raise self.refuse(index, f"{path}{key}", "expected a non-negative integer")
+            found[name] = value
+        if not partial:
+            found.setdefault("inputTokens", 0)
+            found.setdefault("outputTokens", 0)
+        return found
+
+
+def _tool_content(content: Any) -> Any:
+    """A tool result's content as §4 takes it: a string, or blocks (each with a type)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(block, dict) and isinstance(block.get("type"), str)
+                                         for block in content):
+        return content
+    return "" if content is None else str(content)
+
+
+def _as_blocks(content: Any) -> list[Event]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content.strip() else []
+    if isinstance(content, list):
+        return [block for block in content if isinstance(block, dict) and isinstance(block.get("type"), str)]
+    return []

@@ -1,0 +1,171 @@
+"""``POST /v1/runs/{runId}/ingest/{claude-code|codex|opencode}`` (SPEC §16): an agent CLI's output.
+
+Unlike a provider body (one model call, staged and stored at its end), a CLI body is a whole
+run that a child streams through one long request, so what its lines make is **stored as the
+body arrives**: each piece of the body that completes lines is translated and stored before
+the next is read, and subscribers see the child's progress live. A line that cannot be read
+is refused (400 not JSON, 422 not the format, naming its index) after what the lines before it
+made is stored, so a retry of the whole body from its start stores nothing twice (eventIds) and
+goes on from there.
+
+A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight with
+``parentRunId`` = the run, so ``/children``, the join, the dashboard and webhooks show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+
+from lastword.adapters import CLI_ADAPTERS
+from lastword.adapters.cli_base import CliAdapter, Made
+from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, MalformedJson, UnsupportedMedia
+from lastword.http.ingest import body_pieces, media_type
+from lastword.http.provider_ingest import checked_events
+from lastword.schemas import RunCreate
+from lastword.service import RunService
+from lastword.settings import Settings
+
+NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
+
+
+class _Answer:
+    """What the request answers: counts over every run it wrote, the run's last seq."""
+
+    def __init__(self, last_seq: int) -> None:
+        self.accepted = 0
+        self.duplicates = 0
+        self.last_seq = last_seq
+
+
+async def ingest_cli_stream(
+    request: Request, service: RunService, settings: Settings, run_id: str, format: str
+) -> dict[str, Any]:
+    kind = media_type(request)
+    if kind not in NDJSON_TYPES and kind != "application/json":
+        raise UnsupportedMedia(f"expected application/x-ndjson (one line a JSON object) or application/json, got {kind!r}")
+    run = await service.get_run(run_id)  # 404 before reading a byte
+    adapter = CLI_ADAPTERS[format]()
+    writer = _Writer(service, run_id, settings.max_body_bytes, _Answer(run.last_seq))
+    lines = _json_lines(body_pieces(request, settings.max_body_bytes)) if kind in NDJSON_TYPES \
+        else _json_array(body_pieces(request, settings.max_body_bytes))
+    try:
+        async for batch in lines:
+            for index, line in batch:
+                try:
+                    writer.add(index, adapter.feed(index, _object(line, index)))
+                except LastwordError:
+                    await writer.flush()  # the lines before the bad one stay stored
+                    raise
+            await writer.flush()
+    except ClientDisconnect:
+        # What came is stored; the message being assembled waits for the body sent again.
+        await writer.flush()
+        raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
+    except (MalformedJson, InvalidProviderEvent):
+        await writer.flush()
+        raise
+    if adapter.lines_read == 0:
+        raise EmptyBatch("the body holds no line", index=0)
+    writer.add(adapter.lines_read - 1, adapter.finish())
+    await writer.flush()
+    answer: dict[str, Any] = {"accepted": writer.answer.accepted, "duplicates": writer.answer.duplicates,
+                              "lastSeq": writer.answer.last_seq}
+    stop = adapter.stop
+    if stop.stop_reason is not None:
+        answer["stopReason"] = stop.stop_reason
+    if stop.provider is not None:
+        answer["providerStopReason"] = stop.provider
+    return answer
+
+
+class _Writer:
+    """Stores what the adapter made, in order, one append per run and stretch of events."""
+
+    def __init__(self, service: RunService, run_id: str, limit: int, answer: _Answer) -> None:
+        self.service = service
+        self.run_id = run_id
+        self.limit = limit
+        self.answer = answer
+        self.pending: list[tuple[int, Made]] = []
+        self.children: set[str] = set()
+
+    def add(self, index: int, made: list[Made]) -> None:
+        self.pending.extend((index, item) for item in made)
+
+    async def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        start = 0
+        while start < len(pending):
+            child = pending[start][1].child
+            end = start
+            while end < len(pending) and pending[end][1].child == child:
+                end += 1
+            await self._store(child, pending[start][1].agent, pending[start:end])
+            start = end
+
+    async def _store(self, child: str | None, agent: str | None, stretch: list[tuple[int, Made]]) -> None:
+        events = [item.event for _, item in stretch]
+        encoded = checked_events(events, [index for index, _ in stretch], self.limit)
+        target = self.run_id
+        if child is not None:
+            target = f"{self.run_id}.{child}"
+            if child not in self.children:
+                await self.service.create(RunCreate(runId=target, parentRunId=self.run_id, agent=agent))
+                self.children.add(child)
+        outcome = await self.service.append(target, events, encoded)
+        self.answer.accepted += outcome.accepted
+        self.answer.duplicates += outcome.duplicates
+        if child is None:
+            self.answer.last_seq = outcome.last_seq
+
+
+async def _json_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:
+    """The lines each body piece completes, parsed, numbered across the body (blank lines skipped)."""
+    index = 0
+    pending = b""
+    async for piece in pieces:
+        lines = (pending + piece).split(b"\n")
+        pending = lines.pop()
+        batch = []
+        for line in lines:
+            if line.strip():
+                try:
+                    batch.append((index, _loads(line, index)))
+                except MalformedJson:
+                    if batch:
+                        yield batch  # the lines before the bad one are stored first
+                    raise
+                index += 1
+        if batch:
+            yield batch
+    if pending.strip():
+        yield [(index, _loads(pending, index))]
+
+
+async def _json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:
+    body = b"".join([piece async for piece in pieces])
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
+    yield list(enumerate(data if isinstance(data, list) else [data]))
+
+
+def _loads(raw: bytes, index: int) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise MalformedJson(f"line {index} is not valid JSON: {error}", index=index) from None
+
+
+def _object(value: Any, index: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidProviderEvent(f"line {index} is not a JSON object", index=index)
+    return value
+
+
+__all__ = ["CliAdapter", "ingest_cli_stream"]
