@@ -109,9 +109,10 @@ def logged(url: str, run_id: str) -> list[dict[str, Any]]:
 
 
 def messages(url: str, run_id: str) -> list[str]:
-    """The text of every stored assistant message, in log order."""
+    """The text of every stored assistant message with content, in log order (Codex's usage is
+    stored as a message without content of its own)."""
     return ["".join(block.get("text", "") for block in event["message"]["content"])
-            for event in logged(url, run_id) if event["type"] == "assistant/message"]
+            for event in logged(url, run_id) if event["type"] == "assistant/message" and event["message"]["content"]]
 
 
 def wait_for_messages(url: str, run_id: str, count: int) -> None:
@@ -140,6 +141,7 @@ def test_json_prints_the_subagent_result_of_the_run_it_created(server: ServerPro
     assert result["runId"] == run_id
     assert result["stopReason"] == "completed" and result["isError"] is False
     assert result["output"] == [{"type": "text", "text": "the answer"}]
+    assert result["usage"]["outputTokens"] == 2
     run = httpx.get(f"{server.url}/v1/runs/{run_id}").json()
     assert run["parentRunId"] == parent
     assert run["agent"] == os.path.basename(sys.executable)
