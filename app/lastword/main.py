@@ -131,10 +131,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
-                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts), clock=clock)
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
+                             webhook_allow_private=settings.webhook_allow_private, clock=clock)
         sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                max_attempts=settings.webhook_max_attempts,
-                               timeout_seconds=settings.webhook_timeout_seconds)
+                               timeout_seconds=settings.webhook_timeout_seconds,
+                               allow_private=settings.webhook_allow_private)
         service.end_observers.append(sender.ended)
         # Before the start, whose sweep may end turns: those are spans too.
         spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     webhook_allowed_hosts: str = Field(
         "", description="Comma-separated hosts webhooks may target (exact, or '*.example.com'); unset or '*': any."
     )
+    webhook_allow_private: bool = Field(
+        False, description="Let webhooks target loopback, private, link-local and other non-global addresses."
+    )
     cors_origins: str = Field(
         "", description="Comma-separated origins allowed to call the API from a browser ('*' for any)."
     )
