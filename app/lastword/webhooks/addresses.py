@@ -31,7 +31,7 @@ import asyncio
 import ipaddress
 import socket
 import unicodedata
-from socket import getaddrinfo  # by name, so a test can put a hosts table in front of it
+from socket import getaddrinfo
 from urllib.parse import unquote
 
 __all__ = ["IPAddress", "RefusedAddress", "check_addresses", "getaddrinfo", "literal_address",
@@ -130,6 +130,7 @@ def literal_refusal(host: str) -> RefusedAddress | None:
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``host`` resolves to, in the resolver's order (its lookup in a thread)."""
+    # ``getaddrinfo`` is this module's name for it, so a test can put a hosts table in front.
     infos = await asyncio.to_thread(getaddrinfo, host, port, type=socket.SOCK_STREAM)
     addresses: list[IPAddress] = []
     for family, _, _, _, sockaddr in infos:

@@ -23,7 +23,12 @@ import typing
 import certifi
 import httpcore
 import httpx
-from httpcore import SOCKET_OPTION, AnyIOBackend, AsyncNetworkBackend, AsyncNetworkStream
+from httpcore import (
+    SOCKET_OPTION,
+    AnyIOBackend,
+    AsyncNetworkBackend,
+    AsyncNetworkStream,
+)
 
 from lastword.webhooks import addresses
 
