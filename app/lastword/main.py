@@ -43,6 +43,7 @@ from lastword.http.dashboard import router as dashboard_router
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
+from lastword.http.same_origin import SameOriginWrites
 from lastword.http.streams import router as stream_router
 from lastword.metrics import Metrics
 from lastword.rules.records import TurnRecord
@@ -188,11 +189,14 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     # and every request, refused or not, is logged with its id.
     app.add_middleware(HeadAsGet)  # innermost: access control and the log see HEAD as sent
     app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
+    # Inside CORS (which answers the preflights of the origins it lists), ahead of the tokens:
+    # a cross-site write is refused the same way whether or not tokens are set.
+    app.add_middleware(SameOriginWrites, allowed_origins=settings.cors_origin_list)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origin_list,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["Retry-After"],
         )
