@@ -138,6 +138,10 @@ class CrossOrigin(Forbidden):
     code = "cross_origin"
 
 
+class HostNotAllowed(Forbidden):
+    code = "host_not_allowed"
+
+
 # -- 404, 405, 408, 410 ----------------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ def guarded(method: str, path: str) -> bool:
     return method in STATE_CHANGING and (path in GUARDED_PATHS or path.startswith(GUARDED_PREFIXES))
 
 
-def _header(scope: Scope, wanted: bytes) -> str | None:
+def header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == wanted:
             return bytes(value).decode("latin-1")
@@ -45,9 +45,9 @@ def _header(scope: Scope, wanted: bytes) -> str | None:
 
 
 def _has_body(scope: Scope) -> bool:
-    if _header(scope, b"transfer-encoding") is not None:
+    if header(scope, b"transfer-encoding") is not None:
         return True
-    length = _header(scope, b"content-length")
+    length = header(scope, b"content-length")
     return length is not None and length.strip() not in ("", "0")
 
 
@@ -57,13 +57,29 @@ def own_origin(origin: str, host: str | None) -> bool:
     return bool(host) and parts.scheme in ("http", "https") and parts.netloc.lower() == (host or "").lower()
 
 
+def foreign_origin(scope: Scope, allowed: frozenset[str], any_origin: bool) -> CrossOrigin | None:
+    """The refusal of a request whose ``Origin`` is neither its ``Host``'s nor in ``allowed``."""
+    origin = header(scope, b"origin")
+    if origin is None or any_origin or origin.rstrip("/").lower() in allowed \
+            or own_origin(origin, header(scope, b"host")):
+        return None
+    return CrossOrigin(
+        f"a {scope['method']} from origin {origin!r} is refused: only this service's own origin and "
+        "those in LASTWORD_CORS_ORIGINS may write")
+
+
+def origin_set(origins: list[str]) -> frozenset[str]:
+    """``LASTWORD_CORS_ORIGINS`` as the set :func:`foreign_origin` compares with."""
+    return frozenset(origin.rstrip("/").lower() for origin in origins)
+
+
 class SameOriginWrites:
     """ASGI middleware refusing cross-site and undeclared-body writes with a problem document."""
 
     def __init__(self, app: ASGIApp, *, allowed_origins: list[str]) -> None:
         self.app = app
         self.any_origin = "*" in allowed_origins
-        self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
+        self.allowed_origins = origin_set(allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and guarded(scope["method"], scope["path"]):
@@ -74,13 +90,10 @@ class SameOriginWrites:
         await self.app(scope, receive, send)
 
     def check(self, scope: Scope) -> CrossOrigin | UnsupportedMedia | None:
-        origin = _header(scope, b"origin")
-        if origin is not None and not self.any_origin and origin.rstrip("/").lower() not in self.allowed_origins \
-                and not own_origin(origin, _header(scope, b"host")):
-            return CrossOrigin(
-                f"a {scope['method']} from origin {origin!r} is refused: only this service's own origin and "
-                "those in LASTWORD_CORS_ORIGINS may write")
-        if _has_body(scope) and not (_header(scope, b"content-type") or "").strip():
+        refused = foreign_origin(scope, self.allowed_origins, self.any_origin)
+        if refused is not None:
+            return refused
+        if _has_body(scope) and not (header(scope, b"content-type") or "").strip():
             return UnsupportedMedia("a request body needs a Content-Type (application/json, application/x-ndjson, "
                                     "text/plain or the endpoint's own); an undeclared body is not read")
         return None
