@@ -171,3 +171,47 @@ async def test_transcript_is_the_rest_messages_answer_for_both_formats(base_url:
              for b in m["content"] if b["type"] == "text"]
     assert "Found three call sites of parse_config; two pass a path, one passes a dict." in texts
     assert unknown.is_error is True and "run_not_found" in text_of(unknown)
+
+
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "localhost.evil.example", "rebind.test."])
+async def test_a_host_it_does_not_serve_is_refused(base_url: str, host: str) -> None:
+    """DNS rebinding: a request whose Host is a name the service was not given is 403, before MCP."""
+    async with httpx.AsyncClient() as http:
+        refused = await http.post(f"{base_url}/mcp", json=LIST_TOOLS, headers={"host": host, **MCP_ACCEPT})
+    assert refused.status_code == 403 and refused.json()["code"] == "host_not_allowed"
+    assert "LASTWORD_ALLOWED_HOSTS" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:1234", "127.0.0.1:9", "[::1]:8000", "10.1.2.3", "sidecar.pod",
+                                  "lastword.svc.cluster.local:8000"])
+async def test_loopback_addresses_and_configured_names_are_served(make_settings: Any, host: str) -> None:
+    """Loopback names, any address literal, LASTWORD_HOST and LASTWORD_ALLOWED_HOSTS are served (any port)."""
+    settings = make_settings(host="sidecar.pod", allowed_hosts="lastword.svc.cluster.local, other.example")
+    with threaded_server(settings) as url:
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(f"{url}/mcp", json=LIST_TOOLS, headers={"host": host, **MCP_ACCEPT})
+    assert answer.status_code == 200, answer.text
+
+
+async def test_any_host_when_told(make_settings: Any) -> None:
+    """LASTWORD_ALLOWED_HOSTS='*' turns the Host check off (the operator's choice, behind their own proxy)."""
+    with threaded_server(make_settings(allowed_hosts="*")) as url:
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(f"{url}/mcp", json=LIST_TOOLS, headers={"host": "anything.example", **MCP_ACCEPT})
+    assert answer.status_code == 200
+
+
+async def test_a_foreign_origin_is_refused_on_every_method(base_url: str) -> None:
+    """A page on another origin cannot open /mcp's stream either (GET), nor post to it."""
+    async with httpx.AsyncClient() as http:
+        get = await http.get(f"{base_url}/mcp", headers={"origin": "https://evil.example", **MCP_ACCEPT})
+        post = await http.post(f"{base_url}/mcp", json=LIST_TOOLS,
+                               headers={"origin": "https://evil.example", **MCP_ACCEPT})
+        own = await http.post(f"{base_url}/mcp", json=LIST_TOOLS, headers={"origin": base_url, **MCP_ACCEPT})
+    assert get.status_code == 403 and get.json()["code"] == "cross_origin"
+    assert post.status_code == 403 and post.json()["code"] == "cross_origin"
+    assert own.status_code == 200

@@ -17,6 +17,8 @@ def _documented() -> dict[str, str]:
 def _shown(value: object) -> str:
     if value is None or value == "":
         return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()  # as the variable is written: LASTWORD_…=true
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -25,6 +25,7 @@ def start(database_url: str, **env: str) -> ServerProcess:
         "LASTWORD_LOG_LEVEL": "info",
         "LASTWORD_WEBHOOK_BACKOFF_SECONDS": "0.05",
         "LASTWORD_WEBHOOK_MAX_ATTEMPTS": "1000",
+        "LASTWORD_WEBHOOK_ALLOW_PRIVATE": "true",  # the receiver is on loopback
         **env,
     }, ROOT).start()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -40,3 +41,92 @@ def test_backoff_doubles_with_jitter_and_is_capped(attempts: int, base: float) -
     delay = retry_delay(attempts, base, random.Random(attempts))
     doubled = min(base * 2.0 ** min(attempts - 1, 64), MAX_RETRY_DELAY_SECONDS)
     assert 0.5 * doubled <= delay <= 1.5 * doubled
+
+
+#: Internal targets in the spellings a resolver accepts, with the reason the refusal names.
+INTERNAL_SPELLINGS = [
+    ("http://127.0.0.1/", "loopback"),
+    ("http://127.1/", "loopback"),
+    ("http://2130706433/", "loopback"),
+    ("http://0177.0.0.1/", "loopback"),
+    ("http://0x7f.1/", "loopback"),
+    ("http://0x7f000001:8080/hook", "loopback"),
+    ("http://localhost/", "loopback"),
+    ("http://localhost./", "loopback"),
+    ("http://LocalHost:9000/", "loopback"),
+    ("http://hooks.localhost/", "loopback"),
+    ("http://[::1]/", "loopback"),
+    ("http://[0:0:0:0:0:0:0:1]/", "loopback"),
+    ("http://[::ffff:127.0.0.1]/", "loopback"),
+    ("http://[::ffff:7f00:1]/", "loopback"),
+    ("http://[::127.0.0.1]/", "loopback"),
+    ("http://[2002:7f00:1::1]/", "loopback"),
+    ("http://[64:ff9b::7f00:1]/", "loopback"),
+    ("http://%31%32%37.0.0.1/", "loopback"),
+    ("http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/", "loopback"),
+    ("http://10.0.0.1/", "private"),
+    ("http://172.16.5.4/", "private"),
+    ("http://192.168.1.1/", "private"),
+    ("http://[fd00::1]/", "private"),
+    ("http://[::ffff:10.1.2.3]/", "private"),
+    ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ("http://[fe80::1%25eth0]/", "link-local"),
+    ("http://[::ffff:169.254.169.254]/", "link-local"),
+    ("http://224.0.0.1/", "multicast"),
+    ("http://[ff02::1]/", "multicast"),
+    ("http://[ff0e::1]/", "multicast"),
+    ("http://0.0.0.0/", "unspecified"),
+    ("http://0/", "unspecified"),
+    ("http://[::]/", "unspecified"),
+    ("http://100.64.0.1/", "non-global"),
+    ("http://192.0.2.1/", "non-global"),
+    ("http://255.255.255.255/", "non-global"),
+]
+
+
+@pytest.mark.parametrize("url, reason", INTERNAL_SPELLINGS)
+def test_internal_targets_are_refused_in_every_spelling(url: str, reason: str) -> None:
+    """A host that is an internal address however it is written is 422, naming what it is."""
+    with pytest.raises(InvalidWebhook) as refused:
+        check_webhook(url, None, ())
+    assert reason in refused.value.detail and "LASTWORD_WEBHOOK_ALLOW_PRIVATE" in refused.value.detail
+    assert refused.value.extra["field"] == "webhook.url"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://[::1]/", "http://localhost./", "http://10.0.0.1/"])
+def test_allow_private_lifts_the_address_check_but_not_the_allow_list(url: str) -> None:
+    """With LASTWORD_WEBHOOK_ALLOW_PRIVATE internal targets pass; the allow-list still applies."""
+    check_webhook(url, None, (), allow_private=True)
+    with pytest.raises(InvalidWebhook, match="ALLOWED_HOSTS"):
+        check_webhook(url, None, ("hooks.example",), allow_private=True)
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example/x", "http://93.184.216.34/", "http://[2606:4700::1111]/",
+                                 "http://1.1.1.1:8443/hook", "https://127.0.0.1.hooks.example/"])
+def test_global_targets_and_names_pass_the_static_check(url: str) -> None:
+    """Global literal addresses pass; a name is left to its resolution (checked at creation and delivery)."""
+    check_webhook(url, None, ())
+
+
+@given(address=st.one_of(
+    st.ip_addresses(v=4).filter(lambda ip: not ip.is_global or ip.is_multicast),
+    st.ip_addresses(v=6).filter(lambda ip: ip.is_loopback or ip.is_private or ip.is_link_local
+                                or ip.is_multicast or ip.is_unspecified)),
+    form=st.sampled_from(["dotted", "decimal", "hex", "octal", "mapped"]))
+def test_no_spelling_of_an_internal_address_is_accepted(address: Any, form: str) -> None:
+    """Internal addresses written as dotted, decimal, hex, octal or IPv4-mapped are all refused."""
+    value = int(address)
+    if address.version == 6:
+        host = f"[{address}]"
+    elif form == "decimal":
+        host = str(value)
+    elif form == "hex":
+        host = hex(value)
+    elif form == "octal":
+        host = ".".join("0" + format(int(part), "o") for part in str(address).split("."))
+    elif form == "mapped":
+        host = f"[::ffff:{address}]"
+    else:
+        host = str(address)
+    with pytest.raises(InvalidWebhook):
+        check_webhook(f"http://{host}/hook", None, ())

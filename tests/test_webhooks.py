@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.webhooks import addresses
 from standardwebhooks.webhooks import Webhook
 
 from tests.receiver import Answer, Receiver
@@ -31,7 +32,9 @@ def receiver() -> Iterator[Receiver]:
 
 
 def serve(make_settings: Any, **overrides: Any) -> Any:
-    values = {"webhook_backoff_seconds": 0.05, "webhook_timeout_seconds": 2.0, **overrides}
+    """A server whose webhooks may reach the receivers on loopback (LASTWORD_WEBHOOK_ALLOW_PRIVATE)."""
+    values = {"webhook_backoff_seconds": 0.05, "webhook_timeout_seconds": 2.0, "webhook_allow_private": True,
+              **overrides}
     return threaded_server(make_settings(**values))
 
 
@@ -236,3 +239,100 @@ def test_every_turn_of_a_continuable_run_is_its_own_delivery(make_settings: Any,
     assert bodies["msg_chat_2"]["data"]["stopReason"] == "cancelled"
 
 
+
+
+@pytest.fixture
+def hosts(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A hosts file for the webhook lookups: a name listed here resolves to its address; each
+    lookup of a listed name is counted under ``"#name"``."""
+    table: dict[str, str] = {}
+    real = addresses.getaddrinfo
+
+    def lookup(host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        if host in table:
+            table["#" + host] = str(int(table.get("#" + host, "0")) + 1)
+            return real(table[host], port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(addresses, "getaddrinfo", lookup)
+    return table
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("http://2130706433/hook", "loopback"),
+    ("http://[::ffff:127.0.0.1]/", "loopback"),
+    ("http://localhost./", "loopback"),
+    ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ("http://10.0.0.1/", "private"),
+    ("http://[fe80::1%25eth0]/", "link-local"),
+])
+def test_internal_targets_are_refused_at_creation(make_settings: Any, url: str, reason: str) -> None:
+    """By default a webhook aimed inside is 422 invalid_webhook naming why, and no run exists."""
+    with serve(make_settings, webhook_allow_private=False) as base, httpx.Client(base_url=base) as http:
+        refused = http.post("/v1/runs", json={"runId": "inside", "webhook": {"url": url}})
+        assert http.get("/v1/runs/inside").status_code == 404
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_webhook"
+    assert reason in refused.json()["detail"] and refused.json()["field"] == "webhook.url"
+
+
+@pytest.mark.parametrize("url", ["http://[::1/", "http://[zz]/", "http://127.0.0.1:80:80/", "http://h.example:http/",
+                                 "http://[::1]x/"])
+def test_malformed_webhook_urls_are_422_not_500(make_settings: Any, url: str) -> None:
+    """A URL that cannot be parsed is refused as invalid_webhook, allowed private targets or not."""
+    with serve(make_settings) as base, httpx.Client(base_url=base) as http:
+        refused = http.post("/v1/runs", json={"runId": "bent", "webhook": {"url": url}})
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_webhook"
+
+
+def test_a_name_that_resolves_inside_is_refused_at_creation(make_settings: Any, hosts: dict[str, str]) -> None:
+    """A name is judged by its addresses: one that resolves to a private address is 422."""
+    hosts["hooks.test"] = "10.0.0.7"
+    with serve(make_settings, webhook_allow_private=False) as base, httpx.Client(base_url=base) as http:
+        refused = http.post("/v1/runs", json={"runId": "named", "webhook": {"url": "http://hooks.test/hook"}})
+    assert refused.status_code == 422 and "private address (10.0.0.7)" in refused.json()["detail"]
+
+
+def test_a_name_that_rebinds_to_loopback_is_refused_at_delivery(make_settings: Any, receiver: Receiver,
+                                                                hosts: dict[str, str]) -> None:
+    """Public at creation, loopback at delivery: the attempt is refused and recorded, nothing is sent."""
+    port = receiver.url.split(":")[2].split("/")[0]
+    hosts["rebind.test"] = "93.184.216.34"
+    with serve(make_settings, webhook_allow_private=False, webhook_max_attempts=2) as base, \
+            httpx.Client(base_url=base) as http:
+        http.post("/v1/runs", json={"runId": "rebound", "webhook": {"url": f"http://rebind.test:{port}/hook"}}
+                  ).raise_for_status()
+        hosts["rebind.test"] = "127.0.0.1"
+        http.post("/v1/runs/rebound/end", json={"stopReason": "end_turn"}).raise_for_status()
+        [delivery] = deliveries_when(http, "rebound", settled)
+    assert receiver.requests == []
+    assert delivery["state"] == "failed" and len(delivery["attempts"]) == 2
+    assert all("loopback address (127.0.0.1)" in a["error"] and "statusCode" not in a for a in delivery["attempts"])
+
+
+def test_localhost_stored_earlier_is_refused_at_delivery(make_settings: Any, receiver: Receiver) -> None:
+    """A run made while private targets were allowed is not delivered inside once they are not."""
+    local = receiver.url.replace("127.0.0.1", "localhost")
+    with serve(make_settings) as base, httpx.Client(base_url=base) as http:
+        http.post("/v1/runs", json={"runId": "local", "webhook": {"url": local}}).raise_for_status()
+    with serve(make_settings, webhook_allow_private=False, webhook_max_attempts=1) as base, \
+            httpx.Client(base_url=base) as http:
+        http.post("/v1/runs/local/end", json={"stopReason": "end_turn"}).raise_for_status()
+        [delivery] = deliveries_when(http, "local", settled)
+    assert receiver.requests == []
+    assert delivery["state"] == "failed" and "refused, not sent" in delivery["attempts"][0]["error"]
+
+
+def test_delivery_dials_the_checked_address_and_keeps_the_host(make_settings: Any, receiver: Receiver,
+                                                               hosts: dict[str, str]) -> None:
+    """The name is looked up once per attempt; the request reaches that address with the name as Host."""
+    port = receiver.url.split(":")[2].split("/")[0]
+    hosts["hooks.test"] = "127.0.0.1"
+    with serve(make_settings) as base, httpx.Client(base_url=base) as http:
+        http.post("/v1/runs", json={"runId": "pinned", "webhook": {"url": f"http://hooks.test:{port}/hook"}}
+                  ).raise_for_status()
+        http.post("/v1/runs/pinned/end", json={"stopReason": "end_turn"}).raise_for_status()
+        [delivery] = deliveries_when(http, "pinned", settled)
+    assert delivery["state"] == "delivered"
+    [request] = receiver.requests
+    assert request.headers["host"] == f"hooks.test:{port}"
+    assert hosts["#hooks.test"] == "1"  # the sender's one lookup (creation skips it when private is allowed)

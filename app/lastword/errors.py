@@ -11,7 +11,8 @@ The categories (a client may branch on them with ``except``)::
     LastwordError                 500  any failure with a problem document
     ├── BadRequest                400  malformed input, bad cursor or resume id
     ├── Unauthorized              401  no token, or a token that is not valid here
-    ├── Forbidden                 403  a read token where the ingest token is needed
+    ├── Forbidden                 403  a read token where the ingest token is needed, a
+    │                                  cross-site write, a host /mcp does not serve
     ├── NotFound                  404  unknown run or turn, unknown path
     ├── MethodNotAllowed          405
     ├── RequestTimeout            408  request headers too slow
@@ -131,6 +132,14 @@ class Forbidden(LastwordError):
 
 class WrongTokenKind(Forbidden):
     code = "wrong_token_kind"
+
+
+class CrossOrigin(Forbidden):
+    code = "cross_origin"
+
+
+class HostNotAllowed(Forbidden):
+    code = "host_not_allowed"
 
 
 # -- 404, 405, 408, 410 ----------------------------------------------------------------

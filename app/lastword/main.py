@@ -43,6 +43,7 @@ from lastword.http.dashboard import router as dashboard_router
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
+from lastword.http.same_origin import SameOriginWrites
 from lastword.http.streams import router as stream_router
 from lastword.metrics import Metrics
 from lastword.rules.records import TurnRecord
@@ -131,10 +132,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             raise
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
-                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts), clock=clock)
+                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
+                             webhook_allow_private=settings.webhook_allow_private, clock=clock)
         sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                max_attempts=settings.webhook_max_attempts,
-                               timeout_seconds=settings.webhook_timeout_seconds)
+                               timeout_seconds=settings.webhook_timeout_seconds,
+                               allow_private=settings.webhook_allow_private)
         service.end_observers.append(sender.ended)
         # Before the start, whose sweep may end turns: those are spans too.
         spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
@@ -186,11 +189,14 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     # and every request, refused or not, is logged with its id.
     app.add_middleware(HeadAsGet)  # innermost: access control and the log see HEAD as sent
     app.add_middleware(AccessControl, ingest_token=settings.token("ingest"), read_token=settings.token("read"))
+    # Inside CORS (which answers the preflights of the origins it lists), ahead of the tokens:
+    # a cross-site write is refused the same way whether or not tokens are set.
+    app.add_middleware(SameOriginWrites, allowed_origins=settings.cors_origin_list)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origin_list,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["Retry-After"],
         )

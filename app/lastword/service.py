@@ -36,7 +36,7 @@ from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcrip
 from lastword.schemas import RunCreate
 from lastword.store import forks
 from lastword.store.base import Store
-from lastword.webhooks.rules import check_webhook
+from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
 log = logging.getLogger("lastword")
 
@@ -59,6 +59,7 @@ class RunService:
         clock: Callable[[], float] = time.time,
         page_size: int = 1000,
         webhook_hosts: tuple[str, ...] = (),
+        webhook_allow_private: bool = False,
     ) -> None:
         self._store = store
         self._fanout = fanout
@@ -68,6 +69,8 @@ class RunService:
         self.page_size = page_size
         #: ``LASTWORD_WEBHOOK_ALLOWED_HOSTS`` as patterns; empty allows any host.
         self.webhook_hosts = webhook_hosts
+        #: ``LASTWORD_WEBHOOK_ALLOW_PRIVATE``: webhooks may target internal addresses.
+        self.webhook_allow_private = webhook_allow_private
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
         self.end_observers: list[Callable[[StoredEvent], None]] = []
 
@@ -182,7 +185,10 @@ class RunService:
             body.pop("webhook", None)  # runs made before webhooks existed compare equal
         target = None
         if request.webhook is not None:
-            check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts)
+            check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts,
+                          allow_private=self.webhook_allow_private)
+            if not self.webhook_allow_private:
+                await check_resolved_webhook(request.webhook.url)
             target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
         fork = request.forkOf
         spec = RunSpec(

@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     webhook_allowed_hosts: str = Field(
         "", description="Comma-separated hosts webhooks may target (exact, or '*.example.com'); unset or '*': any."
     )
+    webhook_allow_private: bool = Field(
+        False, description="Let webhooks target loopback, private, link-local and other non-global addresses."
+    )
+    allowed_hosts: str = Field(
+        "", description="Comma-separated extra Host names /mcp answers (any port), beside loopback, address "
+        "literals and LASTWORD_HOST; '*': any Host (no DNS-rebinding check)."
+    )
     cors_origins: str = Field(
         "", description="Comma-separated origins allowed to call the API from a browser ('*' for any)."
     )

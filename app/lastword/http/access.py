@@ -89,7 +89,7 @@ class AccessControl:
         if refusal is None:
             await self.app(scope, receive, send)
             return
-        await _send_problem(send, refusal)
+        await send_problem(send, refusal)
 
     def check(self, kind: str, scope: Scope) -> LastwordError | None:
         token = _bearer(scope)
@@ -111,7 +111,8 @@ class AccessControl:
         return InvalidToken("the token is not valid here")
 
 
-async def _send_problem(send: Send, error: LastwordError) -> None:
+async def send_problem(send: Send, error: LastwordError) -> None:
+    """Answer with ``error``'s problem document from a middleware (before any route)."""
     body = problem_json(error)
     headers: list[tuple[bytes, bytes]] = [
         (b"content-type", PROBLEM_JSON.encode()),

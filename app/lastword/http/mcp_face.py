@@ -16,9 +16,10 @@ Choices made here:
 * **Tool errors are results.** An unknown run, a bad argument the service refuses, or a missing
   ingest token come back as ``isError: true`` with the problem's text, which a model can read and
   act on; protocol errors are left to the SDK.
-* **No DNS-rebinding check of the SDK's own.** Its default allows only loopback ``Host`` headers,
-  which would refuse every request to a sidecar addressed by its service name. Browsers reaching
-  the service are governed by the tokens and ``LASTWORD_CORS_ORIGINS``, as for REST.
+* **No DNS-rebinding check of the SDK's own.** :class:`lastword.http.mcp_mount.McpMount` checks
+  ``Host`` and ``Origin`` before a request reaches this face, with problem documents and the
+  service's own settings (``LASTWORD_ALLOWED_HOSTS``, ``LASTWORD_CORS_ORIGINS``); the SDK's
+  check would answer in plain text and could not say "any address literal".
 """
 
 from __future__ import annotations

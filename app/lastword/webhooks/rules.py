@@ -12,13 +12,16 @@ Choices made here:
   retry sends the same body; only ``webhook-timestamp`` and the signature are made per attempt
   (receivers reject old timestamps, which a retry hours later would otherwise carry).
 * **Allowed hosts match the URL's host name**, exactly or by a ``*.`` suffix; unset or ``*``
-  allows any host. The check is on the name as written, not on the address it resolves to.
+  allows any host. The check is on the name as written; what the name resolves to is judged by
+  :mod:`lastword.webhooks.addresses` (internal addresses are refused unless
+  ``LASTWORD_WEBHOOK_ALLOW_PRIVATE=true``).
 * **Backoff** doubles from ``LASTWORD_WEBHOOK_BACKOFF_SECONDS`` with jitter of ±50 %, so
   deliveries that failed together do not retry together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import random
@@ -27,10 +30,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import httpx
 import orjson
 from standardwebhooks.webhooks import Webhook
 
 from lastword.errors import InvalidWebhook
+from lastword.webhooks.addresses import RefusedAddress, check_addresses, literal_address, literal_refusal, resolve
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
@@ -39,6 +44,9 @@ RESPONSE_EXCERPT = 200
 SECRET_PREFIX = "whsec_"
 MAX_RETRY_DELAY_SECONDS = 3600.0
 EVENT_TYPE = "subagent.end"
+#: Longest a webhook host's lookup may take at creation before the run is created unjudged
+#: (its deliveries are still checked).
+RESOLVE_SECONDS = 5.0
 
 
 def allowed_host_patterns(setting: str) -> tuple[str, ...]:
@@ -60,9 +68,17 @@ def host_allowed(host: str, patterns: Sequence[str]) -> bool:
     return False
 
 
-def check_webhook(url: str, secret: str | None, allowed: Sequence[str]) -> None:
-    """Raise :class:`InvalidWebhook` (422) for a target or secret this service will not use."""
-    parts = urlsplit(url)
+def check_webhook(url: str, secret: str | None, allowed: Sequence[str], *, allow_private: bool = False) -> None:
+    """Raise :class:`InvalidWebhook` (422) for a target or secret this service will not use.
+
+    A host written as an internal address (in any spelling) is refused here unless
+    ``allow_private``; a name is judged by what it resolves to (:func:`check_resolved_webhook`).
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as malformed:
+        raise InvalidWebhook(f"webhook.url is not a well-formed URL: {malformed}", field="webhook.url") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidWebhook("webhook.url must be an http(s) URL with a host", field="webhook.url")
     if parts.username is not None or parts.password is not None:
@@ -71,11 +87,41 @@ def check_webhook(url: str, secret: str | None, allowed: Sequence[str]) -> None:
         raise InvalidWebhook(
             f"webhook host {parts.hostname!r} is not in LASTWORD_WEBHOOK_ALLOWED_HOSTS", field="webhook.url"
         )
+    if not allow_private:
+        refused = literal_refusal(parts.hostname)
+        if refused is not None:
+            raise InvalidWebhook(f"webhook.url's host {refused}", field="webhook.url")
+    try:
+        httpx.URL(url)  # what the sender builds its requests from
+    except httpx.InvalidURL as malformed:
+        raise InvalidWebhook(f"webhook.url is not a well-formed URL: {malformed}", field="webhook.url") from None
     if secret is not None and not _is_secret(secret):
         raise InvalidWebhook(
             "webhook.secret must be 'whsec_' followed by base64, as Standard Webhooks libraries make them",
             field="webhook.secret",
         )
+
+
+async def check_resolved_webhook(url: str) -> None:
+    """Raise :class:`InvalidWebhook` when the URL's host name resolves to an address webhooks may
+    not reach (call after :func:`check_webhook`, unless private targets are allowed).
+
+    A name that does not resolve now, or not within :data:`RESOLVE_SECONDS`, passes: it may
+    resolve later, and each delivery resolves and checks it again before connecting.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if literal_address(host) is not None:
+        return  # judged by check_webhook already
+    try:
+        async with asyncio.timeout(RESOLVE_SECONDS):
+            addresses = await resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+    except (OSError, UnicodeError, TimeoutError):
+        return
+    try:
+        check_addresses(host, addresses)
+    except RefusedAddress as refused:
+        raise InvalidWebhook(f"webhook.url's host {refused}", field="webhook.url") from None
 
 
 def _is_secret(secret: str) -> bool:

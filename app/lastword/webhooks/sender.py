@@ -10,6 +10,9 @@ while its own attempt is still going and two replicas never POST the same delive
 Redirects are not followed (a redirect is an answer that is not 2xx: the delivery is retried);
 of an answer's body only the first :data:`lastword.webhooks.rules.RESPONSE_EXCERPT` characters are
 read and kept. Secrets and URLs are never logged: a log line names the ``webhook-id`` only.
+Connections go through :mod:`lastword.webhooks.pinned`: the target's name is resolved once per
+connection, every address checked, and the checked address dialled; an attempt refused there
+is recorded with its reason and nothing is sent.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from lastword.metrics import Metrics
 from lastword.rules.lifecycle import rfc3339
 from lastword.rules.records import DeliveryJob, StoredEvent
 from lastword.store.base import Store
+from lastword.webhooks.addresses import RefusedAddress
+from lastword.webhooks.pinned import pinned_transport
 from lastword.webhooks.rules import RESPONSE_EXCERPT, attempt_record, headers, retry_delay
 
 log = logging.getLogger("lastword")
@@ -51,6 +56,7 @@ class WebhookSender:
         max_attempts: int,
         timeout_seconds: float,
         clock: Callable[[], float] = time.time,
+        allow_private: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._store = store
@@ -62,7 +68,8 @@ class WebhookSender:
         self._rng = random.Random()
         self._wake = asyncio.Event()
         self._client = httpx.AsyncClient(
-            follow_redirects=False, timeout=timeout_seconds, transport=transport,
+            follow_redirects=False, timeout=timeout_seconds, trust_env=False,
+            transport=transport or pinned_transport(allow_private=allow_private),
             headers={"user-agent": f"lastword/{__version__}"},
         )
         self._task: asyncio.Task[None] | None = None
@@ -139,6 +146,8 @@ class WebhookSender:
             error = f"no answer within {self._timeout:g} s"
         except httpx.HTTPError as failure:
             error = f"{type(failure).__name__}: {failure}"[:RESPONSE_EXCERPT]
+        except RefusedAddress as refused:
+            error = f"refused, not sent: {refused}"[:RESPONSE_EXCERPT]
         duration_ms = (time.perf_counter() - started) * 1000
         attempts = [*job.attempts, attempt_record(rfc3339(started_at), duration_ms, status, error, excerpt)]
         delivered = status is not None and 200 <= status < 300
