@@ -36,6 +36,7 @@ SCENARIOS = {
     "i": "bench.loop_stall",
     "j": "bench.fleet",
     "k": "bench.cli_stream",
+    "l": "bench.run_latency",
     "w": "bench.webhooks",
 }
 
