@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.main import create_app
 
 from tests.servers import threaded_server
 
@@ -122,3 +123,25 @@ def test_tokens_never_reach_the_log(make_settings: Any, caplog: pytest.LogCaptur
     logged = "\n".join(f"{record.getMessage()} {vars(record)}" for record in service)
     assert "GET /v1/runs 401" in logged  # the request log saw the refused read
     assert READ not in logged and INGEST not in logged and "wrong-guess" not in logged
+
+
+@pytest.mark.parametrize("host, tokens, warned", [
+    ("0.0.0.0", {}, True),
+    ("::", {}, True),
+    ("10.1.2.3", {}, True),
+    ("lastword.example", {}, True),
+    ("0.0.0.0", {"read_token": READ}, True),  # ingest still open
+    ("0.0.0.0", {"ingest_token": INGEST}, False),
+    ("127.0.0.1", {}, False),
+    ("localhost", {}, False),
+    ("::1", {}, False),
+])
+def test_an_open_service_on_a_reachable_address_warns_at_start(
+        make_settings: Any, caplog: pytest.LogCaptureFixture, host: str, tokens: dict[str, str], warned: bool) -> None:
+    """A non-loopback LASTWORD_HOST with ingest left open logs one warning naming the risk; loopback does not."""
+    caplog.set_level("WARNING", logger="lastword")
+    create_app(make_settings(host=host, **tokens))
+    warnings = [r.getMessage() for r in caplog.records if "LASTWORD_HOST" in r.getMessage()]
+    assert len(warnings) == (1 if warned else 0)
+    if warned:
+        assert host in warnings[0] and "LASTWORD_INGEST_TOKEN" in warnings[0]

@@ -1,14 +1,19 @@
-"""The webhook rules that need no server: allowed hosts, secrets, backoff."""
+"""The webhook rules that need no server: allowed hosts, internal addresses, secrets, backoff."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
+
+import orjson
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lastword.errors import InvalidWebhook
+from lastword.errors import InvalidWebhook, RunExists
+from lastword.rules.records import RunRecord, RunSpec
+from lastword.rules.runstate import repeated_create, secret_digest
 from lastword.webhooks.rules import (
     MAX_RETRY_DELAY_SECONDS,
     allowed_host_patterns,
@@ -130,3 +135,21 @@ def test_no_spelling_of_an_internal_address_is_accepted(address: Any, form: str)
         host = str(address)
     with pytest.raises(InvalidWebhook):
         check_webhook(f"http://{host}/hook", None, ())
+
+
+def test_a_spec_stored_with_its_secret_still_matches_the_same_create() -> None:
+    """Runs stored before secrets were digested compare equal to the same create made now, not to another."""
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+    def canonical(value: str) -> str:
+        return orjson.dumps({"runId": "old", "webhook": {"secret": value, "url": "https://h.example/"}},
+                            option=orjson.OPT_SORT_KEYS).decode()
+
+    existing = RunRecord(pk=1, run_id="old", parent_run_id=None, agent=None, mode="oneshot", metadata={},
+                         lease_seconds=0, canonical=canonical(secret), status="running", turn=1, last_seq=1,
+                         lease_expires_at=None, created_at=0, updated_at=0)
+    spec = RunSpec(run_id="old", parent_run_id=None, agent=None, mode="oneshot", metadata={}, lease_seconds=None,
+                   canonical=canonical(secret_digest(secret)))
+    assert repeated_create(existing, spec) is existing
+    with pytest.raises(RunExists):
+        repeated_create(existing, dataclasses.replace(spec, canonical=canonical(secret_digest(secret + "x"))))

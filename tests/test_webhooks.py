@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
+import psycopg.sql
 import pytest
 from lastword.webhooks import addresses
 from standardwebhooks.webhooks import Webhook
@@ -336,3 +339,43 @@ def test_delivery_dials_the_checked_address_and_keeps_the_host(make_settings: An
     [request] = receiver.requests
     assert request.headers["host"] == f"hooks.test:{port}"
     assert hosts["#hooks.test"] == "1"  # the sender's one lookup (creation skips it when private is allowed)
+
+
+def stored_copies(database_url: str, needle: str, tmp_path: Any) -> int:
+    """How many stored values hold ``needle``: every text column of every table (and, on SQLite,
+    the bytes of a clean copy of the file, which holds no stale pages)."""
+    if database_url.startswith("sqlite:///"):
+        clean = tmp_path / "clean.db"
+        with sqlite3.connect(database_url.removeprefix("sqlite:///")) as db:
+            db.execute(f"VACUUM INTO '{clean}'")
+        return int(clean.read_bytes().count(needle.encode()))
+    found = 0
+    with psycopg.connect(database_url) as db:
+        columns = db.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND data_type IN ('text', 'character varying', 'jsonb')").fetchall()
+        for table, column in columns:
+            row = db.execute(psycopg.sql.SQL("SELECT count(*) FROM {} WHERE {}::text LIKE %s").format(
+                psycopg.sql.Identifier(table), psycopg.sql.Identifier(column)), (f"%{needle}%",)).fetchone()
+            found += int(row[0]) if row else 0
+    return found
+
+
+def test_the_secret_is_stored_once(make_settings: Any, database_url: str, receiver: Receiver, tmp_path: Any) -> None:
+    """The webhooks table holds the secret; neither the run's stored spec nor its deliveries copy it,
+    and the same create stays idempotent (a different secret is a 409)."""
+    secret = new_secret()
+    body = {"runId": "kept", "mode": "continuable", "webhook": {"url": receiver.url, "secret": secret}}
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        assert http.post("/v1/runs", json=body).status_code == 201
+        assert http.post("/v1/runs", json=body).status_code == 200
+        other = http.post("/v1/runs", json={**body, "webhook": {"url": receiver.url, "secret": new_secret()}})
+        for _ in range(2):
+            http.post("/v1/runs/kept/end", json={"stopReason": "end_turn"}).raise_for_status()
+            http.post("/v1/runs/kept/turns")
+        deliveries = deliveries_when(http, "kept", lambda ds: len(ds) == 2 and settled(ds))
+    assert other.status_code == 409 and other.json()["code"] == "run_exists"
+    assert [d["state"] for d in deliveries] == ["delivered", "delivered"]
+    for request in receiver.requests:
+        Webhook(secret).verify(request.body, request.headers)  # still signed with it
+    assert stored_copies(database_url, secret.removeprefix("whsec_"), tmp_path) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -101,6 +102,16 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, error: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem_response(LastwordError("the service failed; see its log"))
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``LASTWORD_HOST`` is reachable from this machine only."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -203,6 +214,11 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     app.add_middleware(RequestLog)
     if settings.read_token is not None and settings.ingest_token is None:
         log.warning("LASTWORD_READ_TOKEN is set but LASTWORD_INGEST_TOKEN is not: ingest is open")
+    if settings.ingest_token is None and not _loopback(settings.host):
+        log.warning(
+            "LASTWORD_HOST is %s, which others can reach, and LASTWORD_INGEST_TOKEN is not set: anyone who reaches "
+            "it can create, end and write runs and start webhooks; set the tokens or listen on 127.0.0.1",
+            settings.host)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -36,6 +36,7 @@ from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcrip
 from lastword.schemas import RunCreate
 from lastword.store import forks
 from lastword.store.base import Store
+from lastword.rules.runstate import secret_digest
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
 log = logging.getLogger("lastword")
@@ -183,6 +184,9 @@ class RunService:
         body["runId"] = run_id
         if body.get("webhook") is None:
             body.pop("webhook", None)  # runs made before webhooks existed compare equal
+        elif body["webhook"].get("secret") is not None:
+            # The secret is stored once, in the webhooks table; the spec keeps its digest.
+            body["webhook"]["secret"] = secret_digest(body["webhook"]["secret"])
         target = None
         if request.webhook is not None:
             check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts,

@@ -24,9 +24,12 @@ The rules, in one place:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 from lastword.errors import EventIdConflict, NotContinuable, RunEnded, RunExists, RunRunning, TurnAlreadyEnded
 from lastword.rules import lifecycle
@@ -161,9 +164,26 @@ def create(spec: RunSpec, now: float, default_lease_seconds: float) -> Change:
     return Change(run=run, events=[event], started=started)
 
 
+def secret_digest(secret: str) -> str:
+    """What a run's stored spec holds in place of its webhook secret: enough to tell a repeated
+    create from a different one, without a second copy of the secret (it lives in ``webhooks``)."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _with_secret_digest(canonical: str) -> str:
+    """A spec stored before secrets were digested, as it is stored now (to compare with one)."""
+    body = orjson.loads(canonical)
+    webhook = body.get("webhook") if isinstance(body, dict) else None
+    secret = webhook.get("secret") if isinstance(webhook, dict) else None
+    if not isinstance(webhook, dict) or not isinstance(secret, str) or secret.startswith("sha256:"):
+        return canonical
+    webhook["secret"] = secret_digest(secret)
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
+
+
 def repeated_create(existing: RunRecord, spec: RunSpec) -> RunRecord:
     """A create for a run id that exists: the same body is a retry, another a conflict."""
-    if existing.canonical != spec.canonical:
+    if existing.canonical != spec.canonical and _with_secret_digest(existing.canonical) != spec.canonical:
         raise RunExists(f"run {spec.run_id!r} exists with a different body", runId=spec.run_id)
     return existing
 

@@ -9,6 +9,8 @@
   others once the lease runs out. An attempt's outcome is written only while the lease is still
   the sender's own (``leased_until`` unchanged), so a sender that outlived its lease cannot
   overwrite what a later one did.
+* The secret is stored once, in ``webhooks``: a delivery row does not copy it (the column
+  ``deliveries.secret`` is left from schema 1 and kept empty); a claim reads it from there.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ def add_target(tx: Tx, run_id: str, target: WebhookTarget) -> None:
 def enqueue(tx: Tx, run_id: str, turn: int, webhook_id: str, payload: str, now: float) -> None:
     """A pending delivery of ``payload`` if the run has a webhook (nothing otherwise)."""
     tx.run(
-        "INSERT INTO deliveries (webhook_id, run_id, turn, url, secret, payload, state, attempts, "
+        "INSERT INTO deliveries (webhook_id, run_id, turn, url, payload, state, attempts, "
         "next_attempt_at, created_at) "
-        "SELECT ?, run_id, ?, url, secret, ?, 'pending', '[]', ?, ? FROM webhooks WHERE run_id = ? "
+        "SELECT ?, run_id, ?, url, ?, 'pending', '[]', ?, ? FROM webhooks WHERE run_id = ? "
         "ON CONFLICT (webhook_id) DO NOTHING",
         (webhook_id, turn, payload, now, now, run_id),
     )
@@ -44,7 +46,8 @@ def claim(tx: Tx, claim_clause: str, now: float, lease_seconds: float, limit: in
         "UPDATE deliveries SET leased_until = ? WHERE id IN ("
         "SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_at <= ? "
         "AND (leased_until IS NULL OR leased_until < ?) ORDER BY next_attempt_at LIMIT ?" + claim_clause + ") "
-        "RETURNING id, webhook_id, url, secret, payload, attempts",
+        "RETURNING id, webhook_id, url, (SELECT secret FROM webhooks WHERE webhooks.run_id = deliveries.run_id), "
+        "payload, attempts",
         (until, now, now, limit),
     )
     return [

@@ -154,7 +154,9 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id)
 """
 
-MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA)
+#: The webhook secret is stored once (issue 21): deliveries stop copying it.
+SCHEMA_V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
+MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -112,7 +112,9 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
 """
 
-MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA)
+#: The webhook secret is stored once (issue 21): deliveries stop copying it.
+SCHEMA_V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
+MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.

@@ -35,7 +35,13 @@ import orjson
 from standardwebhooks.webhooks import Webhook
 
 from lastword.errors import InvalidWebhook
-from lastword.webhooks.addresses import RefusedAddress, check_addresses, literal_address, literal_refusal, resolve
+from lastword.webhooks.addresses import (
+    RefusedAddress,
+    check_addresses,
+    literal_address,
+    literal_refusal,
+    resolve,
+)
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
