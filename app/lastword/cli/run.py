@@ -260,7 +260,7 @@ def _end_turn(client: LastwordClient, run_id: str, name: str, exit_status: int, 
     elif refusal is not None:
         stop_reason = "error"
         detail = refusal.problem.get("detail") or refusal.problem.get("title") or refusal.code
-        error = {"message": f"the service could not store {name}'s output: {detail}", "code": refusal.code}
+        error = {"message": f"the service could not store {name}'s output: {detail}", "type": refusal.code}
     elif exit_status != 0:
         stop_reason = "error"
         error = {"message": f"{name} {_exit_words(exit_status)}", "exitStatus": exit_status}
