@@ -60,7 +60,7 @@ class ServerProcess:
         os.close(handle)
         self.log_path = Path(name)
 
-    def start(self, timeout: float = 20) -> ServerProcess:
+    def start(self, timeout: float = 60) -> ServerProcess:
         # The log goes to a file: a pipe nobody drains fills up and blocks the server.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
