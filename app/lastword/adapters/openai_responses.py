@@ -21,7 +21,9 @@ their deltas, ``response.output_item.done``) and one terminal event (``response.
 The events that only repeat what the finished items hold (``response.in_progress``,
 ``response.content_part.*``, ``response.output_text.done``, …) are skipped, so a long answer
 is not stored four times over. Event ids: ``<response id or Idempotency-Key>:<sequence_number>``,
-``…:message`` and ``…:end``.
+``…:message`` and ``…:end``; the events before ``response.created`` take the response id too
+(named when the body ends), and a body that never gives one (only an ``error`` event) a
+digest of itself (see ``base.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of, with_id
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, usage_of
 
 #: Known events that add nothing beyond the finished items (SPEC §13): skipped.
 SKIPPED = frozenset({
@@ -70,12 +72,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     def stop(self) -> StreamStop:
         return self._stop
 
-    def _id(self, suffix: str | int) -> str | None:
-        base = self.idempotency_key or self._response_id
-        return None if base is None else f"{base}:{suffix}"
-
     def feed(self, index: int, event: Event) -> list[Event]:
-        self.events_read += 1
+        self.read(event)
         kind = self.need(index, event, "type", str)
         if kind in SKIPPED:
             return []
@@ -83,15 +81,16 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         position = number if isinstance(number, int) and not isinstance(number, bool) else index
         if kind == "response.output_text.delta":
             text = self.need(index, event, "delta", str)
-            return [chunk("text", text, self._id(position), self.source([event]))]
+            return [self.chunk("text", text, position, event)]
         if kind == "response.reasoning_summary_text.delta":
             text = self.need(index, event, "delta", str)
-            return [chunk("reasoning", text, self._id(position), self.source([event]))]
+            return [self.chunk("reasoning", text, position, event)]
         if kind in ("response.created", "response.queued") or kind in _TERMINAL:
             response = self.need(index, event, "response", dict)
             response_id = self.need(index, response, "id", str, "response.")
             if self._response_id is None:
                 self._response_id = response_id
+                self.found_id(response_id)
             if kind in _TERMINAL:
                 if self._terminal is not None:
                     raise self.refuse(index, "type", f"{kind} after {self._terminal[0]}: one body is one response")
@@ -116,7 +115,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             self._error = {key: event[key] for key in ("code", "message", "param") if event.get(key) is not None}
             self.need(index, event, "message", str)
         elif kind not in ("response.output_item.added", "response.function_call_arguments.delta"):
-            return [self.extension(kind, self._id(position), event)]
+            return [self.extension(kind, position, event)]
         self._raw.append(event)
         return []
 
@@ -138,13 +137,13 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             message["stopReason"] = stop_reason
         if error is not None:
             message["error"] = error
-        made = [with_id({"type": "assistant/message", "message": message}, self._id("message"))]
+        made = [self.named({"type": "assistant/message", "message": message}, "message")]
         made[0]["source"] = self.source(self._raw)
         if end and stop_reason is not None:
             turn_end: Event = {"type": "turn/end", "stopReason": stop_reason}
             if error is not None:
                 turn_end["error"] = error
-            with_id(turn_end, self._id("end"))
+            self.named(turn_end, "end")
             turn_end["source"] = self.source([])
             made.append(turn_end)
         return made
