@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, chunk, usage_of
 
 #: Stop reasons that end the turn, as §6 values; any other leaves it open.
 TERMINAL_STOPS = {
@@ -49,12 +49,13 @@ _COUNTS = tuple(theirs for theirs, _ in _USAGE_FIELDS)
 class _Block:
     """One content block being assembled (deltas kept in lists, joined once at the end)."""
 
-    __slots__ = ("start", "parts", "json_parts", "signature", "citations")
+    __slots__ = ("start", "parts", "json_parts", "json_index", "signature", "citations")
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
         self.parts: list[str] = []
         self.json_parts: list[str] = []
+        self.json_index = -1  # the event of the last input delta, named if the input is refused
         self.signature: str | None = None
         self.citations: list[Any] = []
 
@@ -80,6 +81,7 @@ class _Block:
                     value = orjson.loads(text)
                 except orjson.JSONDecodeError:
                     return None  # cut off mid-input: dropped, as an agent loop drops it
+                check_exact_text(text, self.json_index, "delta.partial_json")
             else:
                 value = self.start.get("input", {})
             if not isinstance(value, dict):
@@ -194,6 +196,7 @@ class AnthropicAdapter(ProviderAdapter):
         self._raw.append(event)
         if kind == "input_json_delta":
             block.json_parts.append(self.need(index, delta, "partial_json", str, "delta."))
+            block.json_index = index
         elif kind == "signature_delta":
             block.signature = self.need(index, delta, "signature", str, "delta.")
         elif kind == "citations_delta":

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from lastword.errors import InvalidProviderEvent
+from lastword.errors import InvalidProviderEvent, TooDeeplyNested
+from lastword.rules.exact_ints import first_inexact, out_of_range
 
 Event = dict[str, Any]
 
@@ -186,6 +187,21 @@ def refusal(format: str, index: int, field: str, message: str, *, noun: str = "e
 
 
 JSON_NAMES = {"dict": "an object", "str": "a string", "int": "an integer", "list": "an array", "bool": "a boolean"}
+
+
+def check_exact_text(text: str, index: int, field: str) -> None:
+    """JSON a provider sends inside a string (a tool call's input), already read by orjson, held
+    to the exact-integer rule of ``/events``: an integer orjson changed is refused (422
+    ``number_out_of_range``) naming the provider event ``index`` and its string ``field``."""
+    try:
+        found = first_inexact(text, items=False)
+    except TooDeeplyNested as error:
+        error.extra["index"] = index
+        error.detail = f"event {index}: {field} nests JSON too deeply to be read exactly or stored"
+        raise
+    if found is not None:
+        raise out_of_range(f"event {index}: {field} (at {found[1].removeprefix('.') or 'its top'})",
+                           index=index, field=field)
 
 
 def chunk(kind: str, text: str, event_id: str | None, source: dict[str, Any]) -> Event:

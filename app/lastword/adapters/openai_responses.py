@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, usage_of
 
 #: Known events that add nothing beyond the finished items (SPEC §13): skipped.
 SKIPPED = frozenset({
@@ -62,7 +62,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     def __init__(self, idempotency_key: str | None = None) -> None:
         super().__init__(idempotency_key)
         self._response_id: str | None = None
-        self._items: dict[int, dict[str, Any]] = {}
+        self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # output index → (event index, item)
         self._terminal: tuple[str, dict[str, Any]] | None = None
         self._error: dict[str, Any] | None = None
         self._raw: list[Event] = []
@@ -110,7 +110,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             at = self.need(index, event, "output_index", int)
             item = self.need(index, event, "item", dict)
             self.need(index, item, "type", str, "item.")
-            self._items[at] = item
+            self._items[at] = (index, item)
         elif kind == "error":
             self._error = {key: event[key] for key in ("code", "message", "param") if event.get(key) is not None}
             self.need(index, event, "message", str)
@@ -125,8 +125,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         provider, stop_reason, error = self._stopped()
         self._stop = StreamStop(provider, stop_reason, error)
         content: list[dict[str, Any]] = []
-        for _, item in sorted(self._items.items()):
-            content.extend(_blocks(item))
+        for _, (index, item) in sorted(self._items.items()):
+            content.extend(_blocks(index, item))
         message: dict[str, Any] = {"content": content}
         if self._response_id is not None:
             message = {"id": self._response_id, **message}
@@ -157,7 +157,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         kind, response = self._terminal
         if kind == "response.completed":
             output = response.get("output")
-            items = output if isinstance(output, list) else list(self._items.values())
+            items = output if isinstance(output, list) else [item for _, item in self._items.values()]
             if any(isinstance(item, dict) and item.get("type") == "function_call" for item in items):
                 return "function_call", None, None
             return "completed", "completed", None
@@ -172,8 +172,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         return "failed", "error", error
 
 
-def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
-    """The §3 blocks of one finished output item."""
+def _blocks(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The §3 blocks of one finished output item (read from event ``index``)."""
     kind = item["type"]
     if kind == "message":
         blocks: list[dict[str, Any]] = []
@@ -197,6 +197,7 @@ def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
             return []  # cut off mid-arguments: dropped, as an agent loop drops it
         if not isinstance(arguments, dict) or not isinstance(item.get("call_id"), str):
             return []
+        check_exact_text(item.get("arguments") or "{}", index, "item.arguments")
         return [{"type": "tool_call", "id": item["call_id"], "name": item.get("name"), "input": arguments}]
     if kind == "reasoning":
         summary = item.get("summary") or []
