@@ -385,6 +385,25 @@ def test_huge_headers_and_garbage_get_problem_answers(hostile_url: str, sentinel
         raw_problem(*read_response(sock), 400, "malformed_request")
 
 
+@pytest.mark.parametrize("shape", ["many headers", "one header"])
+def test_headers_past_the_limit_in_one_read_get_431(hostile_url: str, sentinel: str, shape: str) -> None:
+    """96 KB of headers sent in one write (parsed in one read) get 431 too, not 200; 60 KB pass."""
+    def request(size: int) -> bytes:
+        if shape == "many headers":
+            headers = b"".join(b"X-H%d: %s\r\n" % (n, b"v" * 1000) for n in range(size // 1000))
+        else:
+            headers = b"X-Big: " + b"v" * size + b"\r\n"
+        return b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+
+    with contextlib.closing(connect(hostile_url)) as sock:
+        send_quietly(sock, request(96 * 1024))
+        raw_problem(*read_response(sock), 431, "headers_too_large")
+    with contextlib.closing(connect(hostile_url)) as sock:
+        sock.sendall(request(60 * 1024))
+        status, _, _ = read_response(sock)
+        assert status == 200
+
+
 def trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
     """Send ``data`` a byte at a time until the server answers or hangs up."""
     for byte in data:
