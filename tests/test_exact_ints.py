@@ -88,7 +88,8 @@ def test_nesting_too_deep_to_read_again_is_too_deeply_nested() -> None:
     with pytest.raises(TooDeeplyNested) as error:
         check_exact(("[" + deep + "]").encode(), items=True, first_index=0)
     assert "index" not in error.value.extra
-    with pytest.raises(TooDeeplyNested):
+    with pytest.raises(TooDeeplyNested) as error:
         first_inexact(deep, items=False)
+    assert error.value.detail == "the JSON nests too deeply to be read exactly or stored"
     # Deep, but not past what Python reads: walked without recursion.
     assert first_inexact("[" * 500 + "99999999999999999999" + "]" * 500, items=False) == (0, "[0]" * 500)

@@ -45,7 +45,7 @@ def first_inexact(raw: bytes | str, *, items: bool) -> tuple[int, str] | None:
     if not may_hold_inexact(raw):
         return None
     try:
-        exact = json.loads(raw, parse_constant=_never)
+        exact = json.loads(raw)  # orjson refused NaN and Infinity already: none is read here
     except RecursionError:
         raise TooDeeplyNested("the JSON nests too deeply to be read exactly or stored") from None
     for position, value in enumerate(exact if items else [exact]):
@@ -83,10 +83,6 @@ def out_of_range(where: str, **extra: Any) -> NumberOutOfRange:
     return NumberOutOfRange(
         f"{where}: the integer is outside [-2**63, 2**64 - 1] and would not be kept exactly", **extra,
     )
-
-
-def _never(name: str) -> Any:
-    raise ValueError(name)  # orjson refused NaN and Infinity already; never reached
 
 
 def _inexact_path(root: Any) -> str | None:
