@@ -36,7 +36,8 @@ PACKAGE = ROOT / "app" / "lastword"
 WORK = ROOT / "build" / "mutation"
 EQUIVALENTS = ROOT / "docs" / "MUTATION.md"
 
-DEFAULT_MODULES = ["rules/fold", "rules/tool_result", "rules/stop_reasons", "rules/events", "rules/transcript"]
+DEFAULT_MODULES = ["rules/fold", "rules/tool_result", "rules/stop_reasons", "rules/events", "rules/transcript",
+                   "rules/exact_ints"]
 #: The fast unit tests of the rule modules: pure, no server, no database.
 DEFAULT_TESTS = [
     "tests/test_fold.py",
@@ -45,6 +46,7 @@ DEFAULT_TESTS = [
     "tests/test_tool_result.py",
     "tests/test_stop_reasons.py",
     "tests/test_event_validation.py",
+    "tests/test_exact_ints.py",
 ]
 
 # mutmut's exit codes of a mutant's test run (mutmut/stats.py).

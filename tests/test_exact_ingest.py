@@ -220,3 +220,104 @@ def test_array_slices_accept_exactly_what_a_whole_parse_accepts(items: list[Any]
     assert sliced_ok is whole_ok, mutated
     if whole_ok:
         assert got == whole
+
+
+# -- the same rule through the adapters (SPEC §13, §16) ------------------------------------
+
+BIG_TEXT = "18446744073709551617123"
+
+
+def _anthropic_tool_stream(tool_input: str) -> list[dict[str, Any]]:
+    """A Messages stream whose one tool call's input arrives as two input_json_delta pieces."""
+    half = len(tool_input) // 2
+    return [
+        {"type": "message_start", "message": {"id": "msg_big", "type": "message", "role": "assistant", "content": [],
+                                              "model": "m", "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": tool_input[:half]}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": tool_input[half:]}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+
+
+def _openai_call_stream(arguments: str) -> list[dict[str, Any]]:
+    """A Responses stream with one finished function call whose arguments are ``arguments``."""
+    item = {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "f", "arguments": arguments,
+            "status": "completed"}
+    response = {"id": "resp_big", "status": "completed", "output": [item],
+                "usage": {"input_tokens": 1, "output_tokens": 1, "input_tokens_details": {"cached_tokens": 0}}}
+    return [
+        {"type": "response.created", "sequence_number": 0, "response": {**response, "status": "in_progress", "output": []}},
+        {"type": "response.output_item.done", "sequence_number": 1, "output_index": 0, "item": item},
+        {"type": "response.completed", "sequence_number": 2, "response": response},
+    ]
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+
+
+def _with_raw_big(events: list[dict[str, Any]], at: int) -> list[str]:
+    """The events as JSON text, event ``at`` holding the big integer in a field of its own."""
+    texts = [json.dumps(event) for event in events]
+    texts[at] = texts[at][:-1] + f', "extra": {{"n": [0, {BIG_TEXT}]}}}}'
+    return texts
+
+
+#: (format, content type, body, index, field) of each adapter path an integer can come in by.
+ADAPTER_PATHS = {
+    "anthropic tool input": ("anthropic", "text/event-stream",
+                             _sse(_anthropic_tool_stream(f'{{"n": {BIG_TEXT}}}')), 3, "delta.partial_json"),
+    "openai function arguments": ("openai-responses", "text/event-stream",
+                                  _sse(_openai_call_stream(f'{{"n": [{BIG_TEXT}]}}')), 1, "item.arguments"),
+    "anthropic event, SSE": ("anthropic", "text/event-stream",
+                             b"".join(b"data: " + t.encode() + b"\n\n"
+                                      for t in _with_raw_big(_anthropic_tool_stream("{}"), 4)), 4, "extra.n[1]"),
+    "openai event, NDJSON": ("openai-responses", "application/x-ndjson",
+                             "\n".join(_with_raw_big(_openai_call_stream("{}"), 2)).encode(), 2, "extra.n[1]"),
+    "anthropic events, JSON array": ("anthropic", "application/json",
+                                     ("[" + ",".join(_with_raw_big(_anthropic_tool_stream("{}"), 5)) + "]").encode(),
+                                     5, "extra.n[1]"),
+    "acp event, JSON object": ("acp", "application/json",
+                               _with_raw_big([{"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}], 0)[0].encode(),
+                               0, "extra.n[1]"),
+    "codex line, NDJSON": ("codex", "application/x-ndjson",
+                           "\n".join(_with_raw_big([{"type": "thread.started", "thread_id": "th"},
+                                                    {"type": "turn.started"}], 1)).encode(), 1, "extra.n[1]"),
+    "claude-code lines, JSON array": ("claude-code", "application/json",
+                                      ("[" + ",".join(_with_raw_big([{"type": "system", "subtype": "init", "uuid": "u0",
+                                                                       "session_id": "s"}], 0)) + "]").encode(),
+                                      0, "extra.n[1]"),
+}
+
+
+@pytest.mark.parametrize("path", list(ADAPTER_PATHS))
+def test_adapters_refuse_integers_that_cannot_be_kept(numbers_api: httpx.Client, path: str) -> None:
+    """An integer beyond 64 bits arriving through any adapter path is refused as /events refuses
+    it (422 number_out_of_range naming the event and the field), never stored as a float."""
+    format, content_type, body, index, field = ADAPTER_PATHS[path]
+    run_id = create_run(numbers_api)
+    response = numbers_api.post(f"/v1/runs/{run_id}/ingest/{format}", content=body,
+                                headers={"content-type": content_type})
+    problem = assert_problem(response, 422, "number_out_of_range")
+    assert (problem["index"], problem["field"]) == (index, field), problem
+    stored = [item["event"] for item in logged(numbers_api, run_id) if not item["event"]["type"].startswith("subagent/")]
+    # A provider body stores nothing; a CLI body keeps the lines before the refused one.
+    assert len(stored) == (index if format == "codex" else 0), stored
+    assert BIG_TEXT[:15] not in numbers_api.get(f"/v1/runs/{run_id}/events").text.replace(".", "")
+
+
+@pytest.mark.parametrize("format", ["anthropic", "openai-responses"])
+def test_tool_inputs_at_the_edges_of_the_range_are_kept_exactly(numbers_api: httpx.Client, format: str) -> None:
+    """The largest and smallest integers kept exactly come back from a tool input exactly."""
+    value = f'{{"big": {MAX_EXACT_INT}, "small": {MIN_EXACT_INT}}}'
+    events = _anthropic_tool_stream(value) if format == "anthropic" else _openai_call_stream(value)
+    run_id = create_run(numbers_api)
+    response = numbers_api.post(f"/v1/runs/{run_id}/ingest/{format}", content=_sse(events),
+                                headers={"content-type": "text/event-stream"})
+    assert response.status_code == 200, response.text
+    log = json.loads(numbers_api.get(f"/v1/runs/{run_id}/events").text)["events"]
+    message = next(item["event"]["message"] for item in log if item["event"]["type"] == "assistant/message")
+    assert message["content"][0]["input"] == {"big": MAX_EXACT_INT, "small": MIN_EXACT_INT}

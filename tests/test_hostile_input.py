@@ -325,6 +325,33 @@ def test_deeply_nested_json_is_refused(api: httpx.Client, sentinel: str) -> None
         assert next(stream.iter_lines()).startswith("id: ")
 
 
+def test_deep_nesting_with_a_long_number_is_refused_not_a_500(api: httpx.Client, sentinel: str) -> None:
+    """Nesting ~1,000 deep around a 19+ digit number (which makes the exact-integer check read the
+    JSON again) is 400 too_deeply_nested on every JSON ingest path, naming the event; nothing stored."""
+    deep = b"[" * 1000 + b"12345678901234567890" + b"]" * 1000
+    event = b'{"type": "x-deep", "value": ' + deep + b"}"
+    run_id = create_run(api)
+    for path, content_type, body, index in [
+        (f"/v1/runs/{run_id}/events", "application/json", event, 0),
+        (f"/v1/runs/{run_id}/events", "application/json", b"[" + event + b"]", None),
+        (f"/v1/runs/{run_id}/events", "application/x-ndjson", event + b"\n", 0),
+        ("/v1/runs", "application/json", b'{"metadata": {"a": ' + deep + b"}}", None),
+        (f"/v1/runs/{run_id}/ingest/anthropic", "text/event-stream", b"data: " + event + b"\n\n", 0),
+        (f"/v1/runs/{run_id}/ingest/openai-responses", "application/json", b"[" + event + b"]", None),
+        (f"/v1/runs/{run_id}/ingest/codex", "application/x-ndjson", event + b"\n", 0),
+        (f"/v1/runs/{run_id}/ingest/anthropic", "text/event-stream",
+         b'data: {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 1, "output_tokens": 1}}}\n\n'
+         b'data: {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f"}}\n\n'
+         b'data: {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '
+         + orjson.dumps('{"a": ' + deep.decode() + "}") + b"}}\n\n", 2),
+    ]:
+        problem = assert_problem(api.post(path, content=body, headers={"content-type": content_type}),
+                                 400, "too_deeply_nested")
+        if index is not None:
+            assert problem["index"] == index, (path, problem)
+    assert last_seq(api, run_id) == 1
+
+
 def test_a_megabyte_event_id_is_refused(api: httpx.Client, hostile_url: str, sentinel: str) -> None:
     """A 1 MB eventId gets 422 naming the field (JSON, NDJSON, chunks); a 1 MB run id in the URL gets 431."""
     run_id = create_run(api)
@@ -356,6 +383,25 @@ def test_huge_headers_and_garbage_get_problem_answers(hostile_url: str, sentinel
     with contextlib.closing(connect(hostile_url)) as sock:
         sock.sendall(b"\x16\x03\x01\x02\x00 not http at all\r\n\r\n")  # e.g. a TLS hello on the plain port
         raw_problem(*read_response(sock), 400, "malformed_request")
+
+
+@pytest.mark.parametrize("shape", ["many headers", "one header"])
+def test_headers_past_the_limit_in_one_read_get_431(hostile_url: str, sentinel: str, shape: str) -> None:
+    """96 KB of headers sent in one write (parsed in one read) get 431 too, not 200; 60 KB pass."""
+    def request(size: int) -> bytes:
+        if shape == "many headers":
+            headers = b"".join(b"X-H%d: %s\r\n" % (n, b"v" * 1000) for n in range(size // 1000))
+        else:
+            headers = b"X-Big: " + b"v" * size + b"\r\n"
+        return b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+
+    with contextlib.closing(connect(hostile_url)) as sock:
+        send_quietly(sock, request(96 * 1024))
+        raw_problem(*read_response(sock), 431, "headers_too_large")
+    with contextlib.closing(connect(hostile_url)) as sock:
+        sock.sendall(request(60 * 1024))
+        status, _, _ = read_response(sock)
+        assert status == 200
 
 
 def trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> None:

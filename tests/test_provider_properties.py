@@ -20,6 +20,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT
 
 from tests.api_helpers import serving
 from tests.provider_streams import (
@@ -105,6 +106,9 @@ def check(api: httpx.Client, format: str, body: bytes, end: bool, by_hand: list[
 
 
 texts = st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=4)
+#: The integers the contract keeps exactly (SPEC §3; larger ones are refused on every ingest
+#: path, tests/test_exact_ingest.py::test_adapters_refuse_integers_that_cannot_be_kept).
+exact_integers = st.integers(MIN_EXACT_INT, MAX_EXACT_INT)
 piece_sizes = st.lists(st.integers(1, 64), min_size=1, max_size=40)
 
 
@@ -120,7 +124,7 @@ def anthropic_blocks(draw: st.DrawFn) -> list[tuple[Any, ...]]:
         elif kind == "thinking":
             blocks.append(a_thinking(*draw(texts), signature=draw(st.text("abcXYZ09", min_size=1, max_size=8))))
         else:
-            value = draw(st.dictionaries(st.text("abc", min_size=1, max_size=3), st.integers() | st.text(max_size=4), max_size=3))
+            value = draw(st.dictionaries(st.text("abc", min_size=1, max_size=3), exact_integers | st.text(max_size=4), max_size=3))
             text = json.dumps(value)
             if draw(st.booleans()):
                 text = text[:-1]  # cut off inside the input: dropped
@@ -179,7 +183,7 @@ def openai_items(draw: st.DrawFn) -> list[tuple[Any, ...]]:
     for _ in range(draw(st.integers(0, 3))):
         kind = draw(st.sampled_from(["message", "call", "reasoning"]))
         if kind == "call":
-            value = draw(st.dictionaries(st.text("xyz", min_size=1, max_size=3), st.integers(), max_size=2))
+            value = draw(st.dictionaries(st.text("xyz", min_size=1, max_size=3), exact_integers, max_size=2))
             items.append(("call", json.dumps(value), draw(st.booleans())))
         else:
             items.append((kind, draw(texts)))

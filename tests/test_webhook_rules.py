@@ -40,6 +40,25 @@ def test_secrets_must_be_standard_webhooks_secrets(secret: str) -> None:
         check_webhook("https://h.example/x", secret, ())
 
 
+@pytest.mark.parametrize("secret", [
+    "whsec_" + "QUFB" * 8,  # 24 bytes: no padding
+    "whsec_" + "QUFB" * 10 + "QUE=",  # 32 bytes, padded as base64 pads it
+    "whsec_" + "QUFB" * 10 + "QUE",  # the same, its padding left off
+    "whsec_" + "QUFB" * 21 + "QQ==",  # 64 bytes, padded
+    "whsec_" + "QUFB" * 21 + "QQ",
+])
+def test_standard_secrets_are_accepted_padded_or_not(secret: str) -> None:
+    """Secrets as Standard Webhooks libraries make them (24 to 64 bytes, '=' padding or none) pass."""
+    check_webhook("https://h.example/x", secret, ())
+
+
+@pytest.mark.parametrize("secret", ["whsec_QUE===", "whsec_QUE=QUE=", "whsec_Q", "whsec_===="])
+def test_broken_padding_is_refused(secret: str) -> None:
+    """Too much padding, padding inside, a lone base64 character, or only padding: refused."""
+    with pytest.raises(InvalidWebhook):
+        check_webhook("https://h.example/x", secret, ())
+
+
 @given(attempts=st.integers(min_value=1, max_value=10_000), base=st.floats(min_value=0.001, max_value=100))
 def test_backoff_doubles_with_jitter_and_is_capped(attempts: int, base: float) -> None:
     """Each delay is the doubled base within ±50 %, and never past the cap (with its jitter)."""

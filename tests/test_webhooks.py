@@ -90,6 +90,22 @@ def test_an_end_is_delivered_signed_as_standard_webhooks_verify_it(make_settings
         Webhook(new_secret()).verify(got.body, got.headers)  # another secret does not verify
 
 
+@pytest.mark.parametrize("size", [24, 32, 64])
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_secrets_in_the_standard_form_are_accepted_and_sign(make_settings: Any, receiver: Receiver, size: int,
+                                                           padded: bool) -> None:
+    """'whsec_' + base64 of 24 to 64 random bytes, with or without its '=' padding, is taken at
+    creation, and the delivery signed with it verifies with the Standard Webhooks library."""
+    encoded = base64.b64encode(os.urandom(size)).decode()
+    secret = "whsec_" + (encoded if padded else encoded.rstrip("="))
+    with serve(make_settings) as url, httpx.Client(base_url=url) as http:
+        created = http.post("/v1/runs", json={"runId": "signed", "webhook": {"url": receiver.url, "secret": secret}})
+        assert created.status_code == 201, created.text
+        http.post("/v1/runs/signed/end", json={"stopReason": "completed"}).raise_for_status()
+        got = receiver.arrivals.get(timeout=WAIT)
+    assert Webhook(secret).verify(got.body, got.headers)["data"]["runId"] == "signed"
+
+
 def test_failures_are_retried_under_one_webhook_id_until_a_2xx(make_settings: Any) -> None:
     """Two 503s then a 200: three attempts, one webhook-id, each re-signed, then delivered."""
     answers = iter([Answer(503, b"busy"), Answer(503, b"busy"), Answer(200)])

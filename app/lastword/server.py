@@ -10,7 +10,10 @@ uvicorn has no limit on how long a client may take to send its request headers, 
 trickling them a byte at a time would hold a connection (and its memory) forever. The protocol
 below arms a timer when a connection opens and whenever a new request starts, and disarms it
 when the headers are complete; if it fires first, the client gets 408 and the connection is
-closed.
+closed. The request line and headers are held to :data:`MAX_HEADER_BYTES` twice: the bytes
+received while they are incomplete (a client trickling one endless header) and the bytes the
+parser hands over (headers that arrive whole in one read are parsed within it, so the first
+count never sees them); past it the client gets 431.
 
 The body has a deadline of its own, ``LASTWORD_BODY_TIMEOUT_SECONDS``: the longest pause
 between two pieces of a body (from the headers to the first piece too). It is re-armed by every
@@ -70,6 +73,10 @@ _HEADERS_TOO_LARGE_RESPONSE = _closing_problem(
 _MALFORMED_RESPONSE = _closing_problem(MalformedRequest("the request is not valid HTTP/1.1"), "Bad Request")
 
 
+class _HeadersPastTheLimit(Exception):
+    """Raised in a parser callback to stop the parse; answered 431 (see ``send_400_response``)."""
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_deadline: float = 10.0
     body_deadline: float = 30.0
@@ -78,6 +85,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        # Bytes of the request line and headers the parser has handed over: headers that
+        # arrive in one read are parsed whole within it, before the count across reads sees them.
+        self._parsed_header_bytes = 0
+        self._headers_past_limit = False
 
     def _arm_body(self) -> None:
         self._disarm_body()
@@ -135,12 +146,29 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn answers a request it cannot parse itself, in text/plain; ours are problems.
-        self.transport.write(_MALFORMED_RESPONSE)
+        # A parse stopped by the header limit (a callback raised) comes here too.
+        self._disarm()
+        self.transport.write(_HEADERS_TOO_LARGE_RESPONSE if self._headers_past_limit else _MALFORMED_RESPONSE)
         self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._parsed_header_bytes = 0
         self._arm()
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._parsed_header_bytes += size
+        if self._parsed_header_bytes > MAX_HEADER_BYTES:
+            self._headers_past_limit = True
+            raise _HeadersPastTheLimit  # httptools stops and raises a parser error: 431 above
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._disarm()

@@ -35,6 +35,7 @@ def translate(
     for index, event in enumerate(events):
         made.extend(adapter.feed(index, event))
     made.extend(adapter.finish(end=end))
+    adapter.name_events()
     return made, adapter.stop
 
 

@@ -12,15 +12,16 @@
   ``x-acp-response``.
 
 ACP has no complete assistant messages, so a turn's output comes from its chunk text. Its
-notifications carry no ids, so event ids come only from an ``Idempotency-Key`` header
-(``<key>:<position in the body>``); without one a retried body is stored again.
+notifications carry no ids, so event ids are ``<Idempotency-Key>:<position in the body>``, and
+without the header ``body-<digest of the body and its turn>:<position>`` (see ``base.py``): a
+retried body is all duplicates either way.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of, with_id
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, usage_of
 from lastword.rules.stop_reasons import normalise_stop_reason
 
 _CHUNKS = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
@@ -43,11 +44,8 @@ class ACPAdapter(ProviderAdapter):
     def stop(self) -> StreamStop:
         return self._stop
 
-    def _id(self, position: int) -> str | None:
-        return None if self.idempotency_key is None else f"{self.idempotency_key}:{position}"
-
     def feed(self, index: int, event: Event) -> list[Event]:
-        self.events_read += 1
+        self.read(event)
         if event.get("jsonrpc") != "2.0":
             raise self.refuse(index, "jsonrpc", 'expected "2.0"')
         if self._ended_at is not None:
@@ -59,12 +57,12 @@ class ACPAdapter(ProviderAdapter):
                 return [self._update(index, event)]
             if method == "session/prompt" and event.get("id") is not None:
                 self._prompt_ids.append(event["id"])
-            return [self.extension(_slug(method), self._id(index), event)]
+            return [self.extension(_slug(method), index, event)]
         if "result" in event:
             result = event["result"]
             if isinstance(result, dict) and "stopReason" in result:
                 return [self._prompt_response(index, event, result)]
-            return [self.extension("response", self._id(index), event)]
+            return [self.extension("response", index, event)]
         if "error" in event:
             error = self.need(index, event, "error", dict)
             if event.get("id") is not None and event.get("id") in self._prompt_ids:
@@ -72,11 +70,11 @@ class ACPAdapter(ProviderAdapter):
                 self._stop = StreamStop("error", "error", error)
                 turn_end: Event = {"type": "turn/end", "stopReason": "error", "error": error}
                 return [self._sourced(turn_end, index, event)]
-            return [self.extension("error", self._id(index), event)]
+            return [self.extension("error", index, event)]
         raise self.refuse(index, "method", "a JSON-RPC message has a method, a result or an error")
 
     def _sourced(self, event: Event, index: int, raw: Event) -> Event:
-        with_id(event, self._id(index))
+        self.named(event, index)
         event["source"] = self.source([raw])
         return event
 
@@ -88,9 +86,9 @@ class ACPAdapter(ProviderAdapter):
             content = self.need(index, update, "content", dict, "params.update.")
             if content.get("type") == "text":
                 text = self.need(index, content, "text", str, "params.update.content.")
-                return chunk(_CHUNKS[kind], text, self._id(index), self.source([event]))
+                return self.chunk(_CHUNKS[kind], text, index, event)
         name = "tool-call" if kind in ("tool_call", "tool_call_update") else _slug(kind)
-        return self.extension(name, self._id(index), event, update=update)
+        return self.extension(name, index, event, update=update)
 
     def _prompt_response(self, index: int, event: Event, result: dict[str, Any]) -> Event:
         provider = self.need(index, result, "stopReason", str, "result.")

@@ -14,7 +14,9 @@ One body is one message: ``message_start``, content blocks (``content_block_star
   one in ``message_delta``, never summed.
 
 Event ids: ``<message id or Idempotency-Key>:<position in the body>`` for chunks and unknown
-events, ``…:message`` for the message and ``…:end`` for the ``turn/end`` of ``?end=true``.
+events, ``…:message`` for the message and ``…:end`` for the ``turn/end`` of ``?end=true``; a
+body without a ``message_start`` (only an ``error`` event) takes a digest of itself instead of
+the message id (see ``base.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of, with_id
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, chunk, usage_of
 
 #: Stop reasons that end the turn, as §6 values; any other leaves it open.
 TERMINAL_STOPS = {
@@ -47,12 +49,13 @@ _COUNTS = tuple(theirs for theirs, _ in _USAGE_FIELDS)
 class _Block:
     """One content block being assembled (deltas kept in lists, joined once at the end)."""
 
-    __slots__ = ("start", "parts", "json_parts", "signature", "citations")
+    __slots__ = ("start", "parts", "json_parts", "json_index", "signature", "citations")
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
         self.parts: list[str] = []
         self.json_parts: list[str] = []
+        self.json_index = -1  # the event of the last input delta, named if the input is refused
         self.signature: str | None = None
         self.citations: list[Any] = []
 
@@ -78,6 +81,7 @@ class _Block:
                     value = orjson.loads(text)
                 except orjson.JSONDecodeError:
                     return None  # cut off mid-input: dropped, as an agent loop drops it
+                check_exact_text(text, self.json_index, "delta.partial_json")
             else:
                 value = self.start.get("input", {})
             if not isinstance(value, dict):
@@ -108,12 +112,8 @@ class AnthropicAdapter(ProviderAdapter):
     def stop(self) -> StreamStop:
         return self._stop
 
-    def _id(self, suffix: str | int) -> str | None:
-        base = self.idempotency_key or self._message_id
-        return None if base is None else f"{base}:{suffix}"
-
     def feed(self, index: int, event: Event) -> list[Event]:
-        self.events_read += 1
+        self.read(event)
         kind = event.get("type")
         if kind == "content_block_delta" and not self._stopped:
             # The hot path (most of a stream): a text delta of a started text block.
@@ -122,7 +122,8 @@ class AnthropicAdapter(ProviderAdapter):
             if (block is not None and type(delta) is dict and delta.get("type") == "text_delta"
                     and type(text := delta.get("text")) is str and block.start["type"] == "text"):
                 block.parts.append(text)
-                return [chunk("text", text, self._id(index), {"format": "anthropic", "events": [event]})]
+                # A started block means message_start came, so the id's base is known.
+                return [chunk("text", text, f"{self._base}:{index}", {"format": "anthropic", "events": [event]})]
         kind = self.need(index, event, "type", str)
         if kind == "ping":
             return []
@@ -135,13 +136,14 @@ class AnthropicAdapter(ProviderAdapter):
                 raise self.refuse(index, "type", "a second message_start: one body is one model call")
             message = self.need(index, event, "message", dict)
             self._message_id = self.need(index, message, "id", str, "message.")
+            self.found_id(self._message_id)
             self._usage = dict(self.optional(index, message, "usage", dict, "message.") or {})
             self.counts(index, self._usage, _COUNTS, "message.usage.")
             self._started = True
             self._raw.append(event)
             return []
         if kind not in _MESSAGE_EVENTS:
-            return [self.extension(kind, self._id(index), event)]
+            return [self.extension(kind, index, event)]
         if not self._started:
             raise self.refuse(index, "type", f"{kind} before message_start")
         if self._stopped:
@@ -186,14 +188,15 @@ class AnthropicAdapter(ProviderAdapter):
         if kind == "text_delta":
             text = self.need(index, delta, "text", str, "delta.")
             block.parts.append(text)
-            return [chunk("text", text, self._id(index), self.source([event]))]
+            return [self.chunk("text", text, index, event)]
         if kind == "thinking_delta":
             text = self.need(index, delta, "thinking", str, "delta.")
             block.parts.append(text)
-            return [chunk("reasoning", text, self._id(index), self.source([event]))]
+            return [self.chunk("reasoning", text, index, event)]
         self._raw.append(event)
         if kind == "input_json_delta":
             block.json_parts.append(self.need(index, delta, "partial_json", str, "delta."))
+            block.json_index = index
         elif kind == "signature_delta":
             block.signature = self.need(index, delta, "signature", str, "delta.")
         elif kind == "citations_delta":
@@ -221,13 +224,13 @@ class AnthropicAdapter(ProviderAdapter):
             message["stopDetails"] = self._stop_details
         if self._error is not None:
             message["error"] = self._error
-        made = [with_id({"type": "assistant/message", "message": message}, self._id("message"))]
+        made = [self.named({"type": "assistant/message", "message": message}, "message")]
         made[0]["source"] = self.source(self._raw)
         if end and stop_reason is not None:
             turn_end: Event = {"type": "turn/end", "stopReason": stop_reason}
             if self._error is not None:
                 turn_end["error"] = self._error
-            with_id(turn_end, self._id("end"))
+            self.named(turn_end, "end")
             turn_end["source"] = self.source([])
             made.append(turn_end)
         return made

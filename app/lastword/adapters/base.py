@@ -12,18 +12,28 @@ the format says add nothing (Anthropic's ``ping``, the OpenAI events that only r
 finished output items hold), which are skipped. A ``turn/end`` added for ``?end=true`` is made
 from the message's stop reason; its ``source`` lists no raw event, they are in the message's.
 
-``eventId``s come from the provider's own ids (or, when the producer sends one, from its
-``Idempotency-Key``), so retrying the same body stores nothing twice.
+Every event an adapter makes has an ``eventId`` ``<base>:<suffix>`` (the suffix is the
+provider event's position, or ``message`` / ``end``), so retrying the same body stores nothing
+twice. The base is the producer's ``Idempotency-Key`` when it sends one; else the provider's own
+id for the call (Anthropic's message id, OpenAI's response id), for every event of the body,
+those read before the id appeared included; else, for a body that carries no id at all (only an
+``error`` event, ACP notifications), ``body-`` and a digest of the body's events and the turn it
+was sent in (:meth:`ProviderAdapter.name_events`). An event made before its base is known gets
+its id when the body ends.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lastword.errors import InvalidProviderEvent
+import orjson
+
+from lastword.errors import InvalidProviderEvent, TooDeeplyNested
+from lastword.rules.exact_ints import first_inexact, out_of_range
 
 Event = dict[str, Any]
 
@@ -57,6 +67,61 @@ class ProviderAdapter(abc.ABC):
         self.idempotency_key = idempotency_key
         #: Provider events read so far (skipped ones included).
         self.events_read = 0
+        #: What every event id starts with, once known (the key, or the provider's id).
+        self._base = idempotency_key
+        #: Events made before the base was known, with their id's suffix: named at the end.
+        self._unnamed: list[tuple[Event, str | int]] = []
+        #: The events read while no base was known (all of them, in a body without one).
+        self._digest = hashlib.sha256()
+
+    def read(self, event: Event) -> None:
+        """Count one provider event read (call first in :meth:`feed`)."""
+        self.events_read += 1
+        if self._base is None:
+            try:
+                encoded = orjson.dumps(event)
+            except orjson.JSONEncodeError:
+                # Nested deeper than can be written back: a stored event holding it is refused
+                # (too_deeply_nested) when the body ends; a skipped one (a ping) adds its place.
+                encoded = b"too deep"
+            self._digest.update(encoded)
+            self._digest.update(b"\n")
+
+    def found_id(self, provider_id: str) -> None:
+        """The provider's own id for this call: the base of every id, unless a key was sent."""
+        if self._base is None:
+            self._base = provider_id
+
+    def named(self, event: Event, suffix: str | int) -> Event:
+        """``event`` with its ``eventId`` ``<base>:<suffix>``, now or (base unknown yet) at the end."""
+        if self._base is not None:
+            event["eventId"] = f"{self._base}:{suffix}"
+        else:
+            self._unnamed.append((event, suffix))
+        return event
+
+    def name_events(self, scope: str = "") -> None:
+        """Give the events made before any base was known their ids (after :meth:`finish`).
+
+        A body that never named its call takes ``body-<digest>``: the digest of ``scope`` (the
+        turn it was sent in, so the same body sent in a later turn is that turn's own) and of
+        every event it holds, so only the same body in the same turn repeats it.
+        """
+        if not self._unnamed:
+            return
+        base = self._base
+        if base is None:
+            digest = self._digest.copy()
+            digest.update(scope.encode())
+            base = f"body-{digest.hexdigest()[:32]}"
+        for event, suffix in self._unnamed:
+            event["eventId"] = f"{base}:{suffix}"
+        self._unnamed = []
+
+    @property
+    def needs_scope(self) -> bool:
+        """Whether :meth:`name_events` will use its ``scope`` (the body named no call)."""
+        return bool(self._unnamed) and self._base is None
 
     @abc.abstractmethod
     def feed(self, index: int, event: Event) -> list[Event]:
@@ -100,11 +165,15 @@ class ProviderAdapter(abc.ABC):
             if value is not None and (type(value) is not int or value < 0):
                 raise self.refuse(index, f"{path}{key}", "expected a non-negative integer")
 
-    def extension(self, kind: str, event_id: str | None, raw: Event, **fields: Any) -> Event:
+    def chunk(self, kind: str, text: str, suffix: str | int, raw: Event) -> Event:
+        """An ``assistant/chunk`` text or reasoning delta made from ``raw``."""
+        event = self.named({"type": "assistant/chunk", "delta": {"type": kind, "text": text}}, suffix)
+        event["source"] = self.source([raw])
+        return event
+
+    def extension(self, kind: str, suffix: str | int, raw: Event, **fields: Any) -> Event:
         """An ``x-<format>-<kind>`` event: kept, never interpreted."""
-        event: Event = {"type": f"x-{self.format}-{kind}", **fields}
-        if event_id is not None:
-            event["eventId"] = event_id
+        event = self.named({"type": f"x-{self.format}-{kind}", **fields}, suffix)
         event["source"] = self.source([raw])
         return event
 
@@ -120,17 +189,26 @@ def refusal(format: str, index: int, field: str, message: str, *, noun: str = "e
 JSON_NAMES = {"dict": "an object", "str": "a string", "int": "an integer", "list": "an array", "bool": "a boolean"}
 
 
-def with_id(event: Event, event_id: str | None) -> Event:
-    """``event`` with its ``eventId`` (none when the stream gives nothing to derive one from)."""
-    if event_id is not None:
-        event["eventId"] = event_id
-    return event
+def check_exact_text(text: str, index: int, field: str) -> None:
+    """JSON a provider sends inside a string (a tool call's input), already read by orjson, held
+    to the exact-integer rule of ``/events``: an integer orjson changed is refused (422
+    ``number_out_of_range``) naming the provider event ``index`` and its string ``field``."""
+    try:
+        found = first_inexact(text, items=False)
+    except TooDeeplyNested as error:
+        error.extra["index"] = index
+        error.detail = f"event {index}: {field} nests JSON too deeply to be read exactly or stored"
+        raise
+    if found is not None:
+        raise out_of_range(f"event {index}: {field} (at {found[1].removeprefix('.') or 'its top'})",
+                           index=index, field=field)
 
 
 def chunk(kind: str, text: str, event_id: str | None, source: dict[str, Any]) -> Event:
-    """An ``assistant/chunk`` text or reasoning delta."""
+    """An ``assistant/chunk`` text or reasoning delta (with ``event_id`` unless it is None)."""
     event: Event = {"type": "assistant/chunk", "delta": {"type": kind, "text": text}}
-    with_id(event, event_id)
+    if event_id is not None:
+        event["eventId"] = event_id
     event["source"] = source
     return event
 

@@ -10,6 +10,10 @@ so lines split across pieces, ``\\r\\n`` endings and multi-line ``data:`` fields
 business, not ours. Its ``event:`` names are not used: Anthropic and OpenAI
 repeat the name as the data's ``type``, and ACP has none. A ``data: [DONE]`` sentinel is
 skipped. UTF-8 is decoded strictly: a bad byte is a 400, not a replacement character.
+
+Integers are held to the one exact-integer rule of :mod:`lastword.rules.exact_ints`, as on
+``/events``: one orjson would change is refused (422 ``number_out_of_range``, naming the event's
+index and the field's path), never stored as a float.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import orjson
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from lastword.errors import InvalidProviderEvent, InvalidUtf8, MalformedJson
+from lastword.rules.exact_ints import check_exact
 
 #: Content types → body framing.
 FRAMINGS = {
@@ -45,9 +50,11 @@ def _event(value: Any, index: int) -> dict[str, Any]:
 
 def _loads(raw: bytes | str, index: int) -> Any:
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise MalformedJson(f"event {index} is not valid JSON: {error}", index=index) from None
+    check_exact(raw, first_index=index)
+    return value
 
 
 async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
@@ -57,6 +64,7 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             data = orjson.loads(body)
         except orjson.JSONDecodeError as error:
             raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
+        check_exact(body, items=isinstance(data, list), first_index=0)
         for index, value in enumerate(data if isinstance(data, list) else [data]):
             yield index, _event(value, index)
     elif framing == "ndjson":

@@ -21,7 +21,9 @@ their deltas, ``response.output_item.done``) and one terminal event (``response.
 The events that only repeat what the finished items hold (``response.in_progress``,
 ``response.content_part.*``, ``response.output_text.done``, …) are skipped, so a long answer
 is not stored four times over. Event ids: ``<response id or Idempotency-Key>:<sequence_number>``,
-``…:message`` and ``…:end``.
+``…:message`` and ``…:end``; the events before ``response.created`` take the response id too
+(named when the body ends), and a body that never gives one (only an ``error`` event) a
+digest of itself (see ``base.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, chunk, usage_of, with_id
+from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, usage_of
 
 #: Known events that add nothing beyond the finished items (SPEC §13): skipped.
 SKIPPED = frozenset({
@@ -60,7 +62,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     def __init__(self, idempotency_key: str | None = None) -> None:
         super().__init__(idempotency_key)
         self._response_id: str | None = None
-        self._items: dict[int, dict[str, Any]] = {}
+        self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # output index → (event index, item)
         self._terminal: tuple[str, dict[str, Any]] | None = None
         self._error: dict[str, Any] | None = None
         self._raw: list[Event] = []
@@ -70,12 +72,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     def stop(self) -> StreamStop:
         return self._stop
 
-    def _id(self, suffix: str | int) -> str | None:
-        base = self.idempotency_key or self._response_id
-        return None if base is None else f"{base}:{suffix}"
-
     def feed(self, index: int, event: Event) -> list[Event]:
-        self.events_read += 1
+        self.read(event)
         kind = self.need(index, event, "type", str)
         if kind in SKIPPED:
             return []
@@ -83,15 +81,16 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         position = number if isinstance(number, int) and not isinstance(number, bool) else index
         if kind == "response.output_text.delta":
             text = self.need(index, event, "delta", str)
-            return [chunk("text", text, self._id(position), self.source([event]))]
+            return [self.chunk("text", text, position, event)]
         if kind == "response.reasoning_summary_text.delta":
             text = self.need(index, event, "delta", str)
-            return [chunk("reasoning", text, self._id(position), self.source([event]))]
+            return [self.chunk("reasoning", text, position, event)]
         if kind in ("response.created", "response.queued") or kind in _TERMINAL:
             response = self.need(index, event, "response", dict)
             response_id = self.need(index, response, "id", str, "response.")
             if self._response_id is None:
                 self._response_id = response_id
+                self.found_id(response_id)
             if kind in _TERMINAL:
                 if self._terminal is not None:
                     raise self.refuse(index, "type", f"{kind} after {self._terminal[0]}: one body is one response")
@@ -111,12 +110,12 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             at = self.need(index, event, "output_index", int)
             item = self.need(index, event, "item", dict)
             self.need(index, item, "type", str, "item.")
-            self._items[at] = item
+            self._items[at] = (index, item)
         elif kind == "error":
             self._error = {key: event[key] for key in ("code", "message", "param") if event.get(key) is not None}
             self.need(index, event, "message", str)
         elif kind not in ("response.output_item.added", "response.function_call_arguments.delta"):
-            return [self.extension(kind, self._id(position), event)]
+            return [self.extension(kind, position, event)]
         self._raw.append(event)
         return []
 
@@ -126,8 +125,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         provider, stop_reason, error = self._stopped()
         self._stop = StreamStop(provider, stop_reason, error)
         content: list[dict[str, Any]] = []
-        for _, item in sorted(self._items.items()):
-            content.extend(_blocks(item))
+        for _, (index, item) in sorted(self._items.items()):
+            content.extend(_blocks(index, item))
         message: dict[str, Any] = {"content": content}
         if self._response_id is not None:
             message = {"id": self._response_id, **message}
@@ -138,13 +137,13 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             message["stopReason"] = stop_reason
         if error is not None:
             message["error"] = error
-        made = [with_id({"type": "assistant/message", "message": message}, self._id("message"))]
+        made = [self.named({"type": "assistant/message", "message": message}, "message")]
         made[0]["source"] = self.source(self._raw)
         if end and stop_reason is not None:
             turn_end: Event = {"type": "turn/end", "stopReason": stop_reason}
             if error is not None:
                 turn_end["error"] = error
-            with_id(turn_end, self._id("end"))
+            self.named(turn_end, "end")
             turn_end["source"] = self.source([])
             made.append(turn_end)
         return made
@@ -158,7 +157,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         kind, response = self._terminal
         if kind == "response.completed":
             output = response.get("output")
-            items = output if isinstance(output, list) else list(self._items.values())
+            items = output if isinstance(output, list) else [item for _, item in self._items.values()]
             if any(isinstance(item, dict) and item.get("type") == "function_call" for item in items):
                 return "function_call", None, None
             return "completed", "completed", None
@@ -173,8 +172,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         return "failed", "error", error
 
 
-def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
-    """The §3 blocks of one finished output item."""
+def _blocks(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The §3 blocks of one finished output item (read from event ``index``)."""
     kind = item["type"]
     if kind == "message":
         blocks: list[dict[str, Any]] = []
@@ -198,6 +197,7 @@ def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
             return []  # cut off mid-arguments: dropped, as an agent loop drops it
         if not isinstance(arguments, dict) or not isinstance(item.get("call_id"), str):
             return []
+        check_exact_text(item.get("arguments") or "{}", index, "item.arguments")
         return [{"type": "tool_call", "id": item["call_id"], "name": item.get("name"), "input": arguments}]
     if kind == "reasoning":
         summary = item.get("summary") or []

@@ -25,6 +25,7 @@ from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, MalformedJson, UnsupportedMedia
 from lastword.http.ingest import body_pieces, media_type
 from lastword.http.provider_ingest import checked_events
+from lastword.rules.exact_ints import check_exact
 from lastword.schemas import RunCreate
 from lastword.service import RunService
 from lastword.settings import Settings
@@ -65,7 +66,7 @@ async def ingest_cli_stream(
         # What came is stored; the message being assembled waits for the body sent again.
         await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
-    except (MalformedJson, InvalidProviderEvent):
+    except LastwordError:  # a line not JSON, holding an inexact integer, or not the format
         await writer.flush()
         raise
     if adapter.lines_read == 0:
@@ -135,7 +136,7 @@ async def _json_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[
             if line.strip():
                 try:
                     batch.append((index, _loads(line, index)))
-                except MalformedJson:
+                except LastwordError:  # not JSON, or an integer that would not be kept
                     if batch:
                         yield batch  # the lines before the bad one are stored first
                     raise
@@ -152,14 +153,18 @@ async def _json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[
         data = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
+    check_exact(body, items=isinstance(data, list), first_index=0)
     yield list(enumerate(data if isinstance(data, list) else [data]))
 
 
 def _loads(raw: bytes, index: int) -> Any:
+    """One line, held to the exact-integer rule of ``/events`` (422 ``number_out_of_range``)."""
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise MalformedJson(f"line {index} is not valid JSON: {error}", index=index) from None
+    check_exact(raw, first_index=index)
+    return value
 
 
 def _object(value: Any, index: int) -> dict[str, Any]:

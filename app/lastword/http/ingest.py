@@ -297,7 +297,7 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
             failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
-        except Unprocessable as error:
+        except (Unprocessable, TooDeeplyNested) as error:
             failure = error
         if failure is not None:
             failure.extra["line"] = position.line

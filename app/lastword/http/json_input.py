@@ -1,11 +1,8 @@
 """Reading JSON request bodies exactly, and big arrays a slice at a time.
 
-Exact numbers. orjson reads an integer outside the 64-bit range ([-2**63, 2**64 - 1]) as a
-float, silently: ``18446744073709551617`` would be stored as ``1.8446744073709552e+19``. Blocks
-keep every field exactly as sent (SPEC §3), and orjson cannot write such an integer back, so
-they are refused (422 ``number_out_of_range``, naming the event's index and the field's path)
-rather than changed. Only a body with a run of 19 or more digits can hold one; only such a
-body is read a second time, with the standard library's exact integers, to find where.
+Exact numbers: the rule of :mod:`lastword.rules.exact_ints` (an integer orjson would change is
+refused with 422 ``number_out_of_range``, naming the event's index and the field's path), the
+one every ingest path applies.
 
 Slices. One ``orjson.loads`` of a 16 MB array holds the interpreter (and the event loop) for a
 quarter of a second and validating it in one call for more, so a JSON array larger than
@@ -18,20 +15,17 @@ orjson's to say, so what is accepted is exactly what a whole-body parse accepts.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from lastword.errors import MalformedJson, NumberOutOfRange
+from lastword.errors import MalformedJson
+from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT, check_exact, may_hold_inexact
 
-#: The integers orjson reads and writes exactly.
-MIN_EXACT_INT = -(2**63)
-MAX_EXACT_INT = 2**64 - 1
-#: Any integer outside that range is written with at least 19 digits.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+__all__ = ["MAX_EXACT_INT", "MIN_EXACT_INT", "SLICE_BYTES", "WHOLE_BYTES", "array_slices", "check_exact", "loads",
+           "loads_events", "malformed", "parse_slice", "refuse_inexact"]
 
 #: About this many bytes of a JSON array are parsed (and validated) at a time: a few
 #: milliseconds of work each (scanning, parsing, validating), then the event loop runs.
@@ -72,8 +66,7 @@ def loads_events(raw: bytes) -> list[Any]:
     except orjson.JSONDecodeError as error:
         raise malformed(error) from None
     if isinstance(value, list):
-        if _LONG_DIGITS.search(raw):
-            check_exact(raw, items=True, first_index=0)
+        check_exact(raw, items=True, first_index=0)
         return value
     refuse_inexact(raw, index=0)
     return [value]
@@ -81,51 +74,7 @@ def loads_events(raw: bytes) -> list[Any]:
 
 def refuse_inexact(raw: bytes, *, index: int | None) -> None:
     """422 if ``raw`` (one value, already parsed by orjson) holds an integer orjson changed."""
-    if _LONG_DIGITS.search(raw):
-        check_exact(raw, items=False, first_index=index)
-
-
-def check_exact(raw: bytes, *, items: bool, first_index: int | None) -> None:
-    """Refuse the first integer in ``raw`` (which orjson has parsed) that orjson changed.
-
-    With ``items``, ``raw`` is an array whose items are events numbered from ``first_index``.
-    """
-    exact = json.loads(raw, parse_constant=_never)
-    for offset, value in enumerate(exact if items else [exact]):
-        path = _inexact_path(value, "")
-        if path is None:
-            continue
-        field = path.removeprefix(".") or "body"
-        extra: dict[str, Any] = {"field": field}
-        where = field
-        if first_index is not None:
-            extra["index"] = first_index + offset
-            where = f"event {first_index + offset}: {field}"
-        raise NumberOutOfRange(
-            f"{where}: the integer is outside [-2**63, 2**64 - 1] and would not be kept exactly", **extra,
-        )
-
-
-def _never(name: str) -> Any:
-    raise ValueError(name)  # orjson refused NaN and Infinity already; never reached
-
-
-def _inexact_path(value: Any, path: str) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return path if not MIN_EXACT_INT <= value <= MAX_EXACT_INT else None
-    if isinstance(value, list):
-        for position, item in enumerate(value):
-            found = _inexact_path(item, f"{path}[{position}]")
-            if found is not None:
-                return found
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            found = _inexact_path(item, f"{path}.{key}")
-            if found is not None:
-                return found
-    return None
+    check_exact(raw, items=False, first_index=index)
 
 
 def array_slices(raw: bytes, budget: int = SLICE_BYTES) -> Iterator[bytes] | None:
@@ -172,6 +121,6 @@ def parse_slice(piece: bytes, first_index: int) -> list[Any]:
         raise malformed(error) from None
     if not items:  # only an empty array has no item, and it yields no slice
         raise MalformedJson("the body is not valid JSON: an empty item in the array")
-    if _LONG_DIGITS.search(piece):
+    if may_hold_inexact(piece):
         check_exact(raw, items=True, first_index=first_index)
     return list(items)

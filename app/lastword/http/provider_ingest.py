@@ -78,6 +78,9 @@ async def ingest_provider_stream(
     made = adapter.finish(end=end)
     staged.extend(made)
     origins.extend([index] * len(made))
+    # A body that never named its call has ids digested from it and the turn it came in (so the
+    # same body in a later turn of the run is that turn's own): read the turn only then.
+    adapter.name_events(f"turn {(await service.get_run(run_id)).turn}" if adapter.needs_scope else "")
     encoded = checked_events(staged, origins, limit)
     if staged:
         outcome = await service.append(run_id, staged, encoded)

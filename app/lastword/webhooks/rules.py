@@ -133,8 +133,14 @@ async def check_resolved_webhook(url: str) -> None:
 def _is_secret(secret: str) -> bool:
     if not secret.startswith(SECRET_PREFIX):
         return False
+    # Padded ("…=") or not, as Standard Webhooks libraries read it: at most two '=' at the end,
+    # then the padding the length calls for, decoded strictly (no '=' inside, no other characters).
+    encoded = secret[len(SECRET_PREFIX):]
+    unpadded = encoded.rstrip("=")
+    if len(encoded) - len(unpadded) > 2:
+        return False
     try:
-        key = base64.b64decode(secret[len(SECRET_PREFIX):] + "==", validate=True)
+        key = base64.b64decode(unpadded + "=" * (-len(unpadded) % 4), validate=True)
     except (binascii.Error, ValueError):
         return False
     return len(key) > 0
