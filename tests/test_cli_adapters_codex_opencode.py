@@ -82,19 +82,17 @@ CODEX: dict[str, tuple[list[str], list[dict[str, Any]], str, str, dict[str, int]
     # Nothing but a command before the ceiling: the tool-call message is the last substantive one.
     "tool_then_empty_max_tokens": ([THREAD, TURN, MESSAGE, RESULT, ERROR, END],
                                    shell("item_0", ECHO), "max_tokens", "turn.failed", usage(0, 0)),
-    # Codex prints the text and the command of one reply as two items; the command joins the
-    # text's message (one message per response), so the words before the call are kept.
-    "tool_then_empty_end_turn": ([THREAD, TURN, MESSAGE, RESULT, MESSAGE, END],
-                                 [*text("Let me run a command first."), *shell("item_1", ECHO)],
-                                 "completed", "turn.completed", usage(19427, 7)),
+    # Codex prints the text and the command of one reply as two items, so two messages: the
+    # command's is the later substantive one (Codex's own last agent_message is the text).
+    "tool_then_empty_end_turn": ([THREAD, TURN, MESSAGE, MESSAGE, RESULT, MESSAGE, END],
+                                 shell("item_1", ECHO), "completed", "turn.completed", usage(19427, 7)),
     "codex_shell_then_final": ([THREAD, TURN, MESSAGE, RESULT, MESSAGE, MESSAGE, END],
                                text("The command printed hi."), "completed", "turn.completed", usage(19374, 6)),
     # The retry's repeat is stored again under its new item id and selects the same text.
     "codex_retry_repeat": ([THREAD, TURN, MESSAGE, ERROR, MESSAGE, MESSAGE, END],
                            text("This message is sent twice."), "completed", "turn.completed", usage(9679, 6)),
-    "http_500_mid_run": ([THREAD, TURN, MESSAGE, RESULT, ERROR, ERROR, END],
-                         [*text("Running a command before the outage."), *shell("item_1", ECHO)],
-                         "error", "turn.failed", usage(0, 0)),
+    "http_500_mid_run": ([THREAD, TURN, MESSAGE, MESSAGE, RESULT, ERROR, ERROR, END],
+                         shell("item_1", ECHO), "error", "turn.failed", usage(0, 0)),
     "sse_error_mid_stream": ([THREAD, TURN, ERROR, ERROR, END], [], "error", "turn.failed", usage(0, 0)),
     "sse_failed_mid_stream": ([THREAD, TURN, ERROR, ERROR, END], [], "error", "turn.failed", usage(0, 0)),
 }
@@ -438,24 +436,16 @@ def test_opencode_bodies_make_valid_stable_events(lines: list[Event]) -> None:
 @settings(max_examples=200, deadline=None, database=None)
 @given(codex_bodies)
 def test_codex_selects_the_last_answering_item(lines: list[Event]) -> None:
-    """The selected output is the last non-blank agent message or command, read naively; a
-    command printed right after a non-blank agent message (item.started/updated aside) is of
-    the same response, and answers with that message's text before it."""
+    """The selected output is the last non-blank agent message or command, read naively."""
     expected: list[dict[str, Any]] = []
-    previous: Event | None = None
     for line in lines:
-        if line["type"] in ("item.started", "item.updated"):
-            continue
         item = line.get("item", {})
-        follows_text = (previous is not None and previous["type"] == "item.completed"
-                        and previous["item"]["type"] == "agent_message" and previous["item"]["text"].strip())
-        previous = line
         if line["type"] != "item.completed":
             continue
         if item["type"] == "agent_message" and item["text"].strip():
             expected = [{"type": "text", "text": item["text"]}]
         elif item["type"] == "command_execution":
-            expected = [*expected, *shell(item["id"], "ls")] if follows_text else shell(item["id"], "ls")
+            expected = shell(item["id"], "ls")
     output = final_assistant_output(translate(CodexAdapter(), lines)[0])
     assert [block for block in output if block["type"] != "reasoning"] == expected
 

@@ -26,9 +26,6 @@ CASES = [
     # Codex exits 1 with turn.failed; the partial text is the child's word, max_tokens its stop.
     ("codex", "max_tokens_partial", "max_tokens", "turn.failed", [text("This answer is cut off at the token ceil")]),
     ("codex", "codex_shell_then_final", "completed", "turn.completed", [text("The command printed hi.")]),
-    # Codex's text and command of one response: the text is kept before the call (Codex's own
-    # last agent_message); with them apart §5 would answer the bare call.
-    ("codex", "tool_then_empty_end_turn", "completed", "turn.completed", [text("Let me run a command first.")]),
     ("codex", "codex_retry_repeat", "completed", "turn.completed", [text("This message is sent twice.")]),
     # opencode exits 0 with no error after a `length` stop: lastword says max_tokens.
     ("opencode", "max_tokens_partial", "max_tokens", "length", [text("This answer is cut off at the token ceil")]),

@@ -15,13 +15,7 @@ retries and failures are top-level ``error`` lines.
   empty, and a message holding only reasoning would hide the answer before it.
 * ``command_execution`` → an ``assistant/message`` holding one ``tool_call`` (``id`` the item
   id, ``name`` ``shell``, ``input`` ``{command}``), then a ``tool/result`` (the aggregated
-  output, ``isError`` when the exit code is not 0, a missing exit code included). A command
-  printed right after an ``agent_message`` (no other item between) came from the same model
-  response ("Let me run a command first." and its call): its ``tool_call`` joins that message,
-  as Claude Code and opencode print one message per step. Kept apart, the selection rule would
-  answer the bare call of a turn that ended without more text and lose the words before it
-  (SPEC §16 says one ``tool_call`` per message; this is the one place lastword departs from
-  it, see docs/ADAPTERS.md). So an ``agent_message`` is stored when the next line comes.
+  output, ``isError`` when the exit code is not 0, a missing exit code included).
   ``mcp_tool_call`` likewise: ``name`` ``<server>__<tool>`` (how Codex names an MCP tool to the
   model), ``input`` its arguments, the result its ``result.content`` or its ``error.message``.
 * Any other item (``file_change``, ``web_search``, ``todo_list``, an ``error`` item, …) →
@@ -73,8 +67,6 @@ class CodexAdapter(CliAdapter):
         self._thread: str | None = None
         #: Reasoning items waiting for the next agent message: (block, raw line, item id).
         self._reasoning: list[tuple[dict[str, Any], Event, str]] = []
-        #: The last agent message, held until the next line says whether a call of its response follows.
-        self._held: tuple[list[dict[str, Any]], str, list[Event]] | None = None
 
     def feed(self, index: int, line: Event) -> list[Made]:
         self.lines_read += 1
@@ -85,10 +77,6 @@ class CodexAdapter(CliAdapter):
             return []
         if kind == "item.completed":
             return self._completed(index, line)
-        made = self._release()
-        return made + self._other(index, kind, line)
-
-    def _other(self, index: int, kind: str, line: Event) -> list[Made]:
         if kind == "thread.started":
             thread = self._need(index, line, "thread_id", str)
             self._thread = self._thread or thread
@@ -102,15 +90,7 @@ class CodexAdapter(CliAdapter):
         return [self.extension(kind, self.positional_id(self._thread, kind), line)]
 
     def finish(self) -> list[Made]:
-        return self._release() + self._unanswered_reasoning()
-
-    def _release(self) -> list[Made]:
-        """The held agent message, stored as it is (no call of its response followed)."""
-        if self._held is None:
-            return []
-        blocks, event_id, raw = self._held
-        self._held = None
-        return [self._message(blocks, event_id, raw)]
+        return self._unanswered_reasoning()
 
     # Items.
 
@@ -119,28 +99,20 @@ class CodexAdapter(CliAdapter):
         item_id = self._need(index, item, "id", str, "item.")
         kind = self._need(index, item, "type", str, "item.")
         event_id = f"{self._thread or self.format}:{item_id}"
-        if kind in ("command_execution", "mcp_tool_call"):
-            return self._call(index, item, item_id, kind, event_id, line)
-        made = self._release()
         if kind == "agent_message":
             text = self._need(index, item, "text", str, "item.")
             if not text.strip():  # no answer to carry the reasoning: it waits for the next
-                return [*made, self._message([{"type": "text", "text": text}], event_id, [line])]
+                return [self._message([{"type": "text", "text": text}], event_id, [line])]
             blocks = [block for block, _, _ in self._reasoning] + [{"type": "text", "text": text}]
             raw = [held for _, held, _ in self._reasoning] + [line]
             self._reasoning = []
-            self._held = (blocks, event_id, raw)
-            return made
+            return [self._message(blocks, event_id, raw)]
         if kind == "reasoning":
             text = self._need(index, item, "text", str, "item.")
             if not text.strip():
-                return [*made, self.extension("reasoning", event_id, line)]
+                return [self.extension("reasoning", event_id, line)]
             self._reasoning.append(({"type": "reasoning", "text": text}, line, item_id))
-            return made
-        return [*made, self.extension(kind, event_id, line)]
-
-    def _call(self, index: int, item: Event, item_id: str, kind: str, event_id: str, line: Event) -> list[Made]:
-        """A command or MCP call, joined to the agent message of its response when one is held."""
+            return []
         if kind == "command_execution":
             command = self._need(index, item, "command", str, "item.")
             output = item.get("aggregated_output")
@@ -149,23 +121,18 @@ class CodexAdapter(CliAdapter):
                 raise self.refuse(index, "item.aggregated_output", "expected a string")
             if exit_code is not None and (type(exit_code) is not int):
                 raise self.refuse(index, "item.exit_code", "expected an integer")
-            call: dict[str, Any] = {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": command}}
-            content: Any = output or ""
-            is_error = exit_code != 0
-        else:
+            call = {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": command}}
+            return [self._message([call], event_id, [line]),
+                    self._result(item_id, output or "", exit_code != 0, event_id)]
+        if kind == "mcp_tool_call":
             server = self._need(index, item, "server", str, "item.")
             tool = self._need(index, item, "tool", str, "item.")
             arguments = item.get("arguments")
             call = {"type": "tool_call", "id": item_id, "name": f"{server}__{tool}",
                     "input": arguments if isinstance(arguments, dict) else {"arguments": arguments}}
             content, is_error = _mcp_result(item)
-        if self._held is not None:
-            blocks, message_id, raw = self._held
-            self._held = None
-            message = self._message([*blocks, call], message_id, [*raw, line])
-        else:
-            message = self._message([call], event_id, [line])
-        return [message, self._result(item_id, content, is_error, event_id)]
+            return [self._message([call], event_id, [line]), self._result(item_id, content, is_error, event_id)]
+        return [self.extension(kind, event_id, line)]
 
     def _message(self, content: list[dict[str, Any]], event_id: str, raw: list[Event]) -> Made:
         return Made({"type": "assistant/message", "message": {"content": content}, "eventId": event_id,
