@@ -31,12 +31,12 @@ from lastword.rules.records import (
     TurnRecord,
     WebhookTarget,
 )
+from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
 from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcript
 from lastword.schemas import RunCreate
 from lastword.store import forks
 from lastword.store.base import Store
-from lastword.rules.runstate import secret_digest
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
 log = logging.getLogger("lastword")

@@ -57,6 +57,7 @@ from opentelemetry.trace import (
 
 from lastword.errors import Gone, NotFound
 from lastword.rules.records import RunRecord, StoredEvent, TurnRecord
+from lastword.rules.stop_reasons import is_error
 from lastword.rules.tool_result import headline
 
 log = logging.getLogger("lastword")
@@ -239,7 +240,7 @@ class TurnSpans:
             attributes[AGENT_NAME] = agent
         if end.get("parentRunId") is not None:
             attributes["lastword.parent_run_id"] = end["parentRunId"]
-        if stop_reason != "completed":
+        if is_error(stop_reason):
             attributes[ERROR_TYPE] = stop_reason
         if self._capture_content and "lastAssistantMessage" in end:
             attributes[OUTPUT_MESSAGES] = output_messages(end["lastAssistantMessage"], stop_reason)
@@ -252,7 +253,7 @@ class TurnSpans:
             attributes=attributes,
             start_time=_nanoseconds(turn.started_at),
         )
-        if stop_reason != "completed":
+        if is_error(stop_reason):
             span.set_status(Status(StatusCode.ERROR, headline(stop_reason, end.get("error"))))
         span.end(end_time=_nanoseconds(datetime.fromisoformat(end["endedAt"]).timestamp()))
 

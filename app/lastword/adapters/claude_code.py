@@ -37,6 +37,7 @@ from typing import Any
 
 from lastword.adapters.base import chunk, usage_of
 from lastword.adapters.cli_base import CliAdapter, Event, Made, StreamStop
+from lastword.rules.stop_reasons import is_error
 
 #: The tools through which Claude Code runs a subagent (``Task`` in older releases).
 SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
@@ -253,7 +254,7 @@ class ClaudeCodeAdapter(CliAdapter):
                 self._total[name] = self._total.get(name, 0) + value
         made.append(self.extension("result", event_id, line))
         self._end = f"{event_id}:end"
-        self._stop = StreamStop(subtype, stop, error if stop != "completed" else None)
+        self._stop = StreamStop(subtype, stop, error if is_error(stop) else None)
         return made
 
     def _turn_end(self) -> list[Made]:

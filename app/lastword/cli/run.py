@@ -280,7 +280,7 @@ def text_of(result: SubagentResult) -> str:
 
 def headline(result: SubagentResult) -> str | None:
     """One line for standard error about a turn that did not complete."""
-    if result.stopReason == "completed":
+    if not result.isError:
         return None
     message = result.error.get("message") if isinstance(result.error, dict) else result.error
     return f"run {result.runId} ended {result.stopReason}" + (f": {message}" if message else "")

@@ -39,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 from lastword.errors import LastwordError
 from lastword.http.access import bearer_matches
 from lastword.http.views import run_view
+from lastword.rules.stop_reasons import is_error
 from lastword.rules.tool_result import tool_result
 from lastword.schemas import RunCreate
 from lastword.service import RunService
@@ -142,7 +143,7 @@ class McpFace:
                 _, record = await service.result(run.run_id, run.turn, 0)
                 if record.stop_reason is not None:
                     child["stopReason"] = record.stop_reason
-                    child["isError"] = record.stop_reason != "completed"
+                    child["isError"] = is_error(record.stop_reason)
                 children.append(child)
             return _structured_result({"parentRunId": parent_run_id, "children": children})
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lastword.rules.stop_reasons import is_error
+
 NO_TEXT_OUTPUT = "The subagent finished without text output."
 
 _WHAT_HAPPENED = {
@@ -52,7 +54,7 @@ def headline(stop_reason: str, error: Any) -> str:
 def tool_result(stop_reason: str, output: list[dict[str, Any]], error: Any) -> dict[str, Any]:
     """``{content: [{type: "text", text}], isError}`` for an ended turn."""
     text = output_text(output)
-    if stop_reason == "completed":
+    if not is_error(stop_reason):
         return {"content": [{"type": "text", "text": text or NO_TEXT_OUTPUT}], "isError": False}
     full = headline(stop_reason, error)
     if text:
