@@ -8,7 +8,10 @@ and the server's request log says when a client was refused by the draining repl
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from lastword.client.core import LastwordClient, StreamMessage
 
 from tests.servers import ServerProcess
 from tests.sse import ids, open_stream, payload, strictly_increasing
@@ -239,3 +243,85 @@ def test_an_open_stream_resumes_on_a_second_server_without_loss_or_repeat(databa
 def await_list(coroutine: Any) -> list[Any]:
     result: list[Any] = asyncio.run(coroutine)
     return result
+
+
+def test_the_client_stream_follows_a_drain_and_the_restart(database_url: str) -> None:
+    """LastwordClient.stream takes the drain's end of stream and the draining replica's 503 as
+    "reconnect": across SIGTERM and a restart it gives every chunk once, then the end."""
+    server = serve(database_url).start()
+    try:
+        run = create_run(server.url)
+        got: list[StreamMessage] = []
+        failed: list[BaseException] = []
+        first_chunk = threading.Event()
+
+        def follow() -> None:
+            try:
+                with LastwordClient(server.url, retries=2, backoff=0.05, reconnects=200) as client:
+                    for message in client.stream(run, include_chunks=True):
+                        got.append(message)
+                        if message.event == "assistant/chunk":
+                            first_chunk.set()
+            except BaseException as error:  # reported by the test below
+                failed.append(error)
+
+        def chunk(n: int) -> None:
+            body = {"type": "assistant/chunk", "eventId": f"c{n}", "delta": {"type": "text", "text": f"c{n}"}}
+            assert httpx.post(f"{server.url}/v1/runs/{run}/events", json=body).status_code == 200
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        wait_until(lambda: gauge(server.url, "lastword_sse_subscribers") >= 1, "the client's stream is open")
+        chunk(0)
+        assert first_chunk.wait(10)
+        held = HeldIngest(server.url, run, 2)  # keeps the drain open until the client met it
+        assert held.first_half_sent.wait(10)
+        terminate(server)
+        wait_until(logged(server, f"GET /v1/runs/{run}/stream 503"), "the client was refused by the draining replica")
+        assert held.finish().status_code == 200
+        assert exit_status(server) == 0
+        server.start()
+        chunk(1)
+        assert httpx.post(f"{server.url}/v1/runs/{run}/end", json={"stopReason": "completed"}).status_code == 200
+        follower.join(20)
+        assert not failed, failed
+        assert not follower.is_alive()
+        assert [m.data["delta"]["text"] for m in got if m.event == "assistant/chunk"] == ["c0", "c1"]
+        assert got[-1].event == "subagent/end"
+        assert strictly_increasing([m.id for m in got]), [(m.id, m.event) for m in got]
+    finally:
+        server.kill()
+
+
+def test_lastword_tail_follows_a_drain_and_the_restart(database_url: str) -> None:
+    """``lastword tail RUN`` prints the whole output once across a drain and a restart, and
+    exits 0 at the run's end (the drain's 503 is not the run's end)."""
+    server = serve(database_url).start()
+    tail: subprocess.Popen[bytes] | None = None
+    try:
+        run = create_run(server.url)
+        tail = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", server.url],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), cwd=ROOT)
+        wait_until(lambda: gauge(server.url, "lastword_sse_subscribers") >= 1, "tail's stream is open")
+        post = f"{server.url}/v1/runs/{run}/events"
+        delta = {"type": "text", "text": "before "}
+        assert httpx.post(post, json={"type": "assistant/chunk", "eventId": "a", "delta": delta}).status_code == 200
+        held = HeldIngest(server.url, run, 2)
+        assert held.first_half_sent.wait(10)
+        terminate(server)
+        wait_until(logged(server, f"GET /v1/runs/{run}/stream 503"), "tail was refused by the draining replica")
+        assert held.finish().status_code == 200
+        assert exit_status(server) == 0
+        server.start()
+        delta = {"type": "text", "text": "after"}
+        assert httpx.post(post, json={"type": "assistant/chunk", "eventId": "b", "delta": delta}).status_code == 200
+        assert httpx.post(f"{server.url}/v1/runs/{run}/end", json={"stopReason": "completed"}).status_code == 200
+        out, err = tail.communicate(timeout=30)
+        assert tail.returncode == 0, err.decode()
+        assert out.decode().count("before after") == 1, out.decode()
+        assert out.decode().rstrip().endswith("end turn 1: completed")
+    finally:
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+            tail.wait()
+        server.kill()
