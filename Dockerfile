@@ -44,11 +44,13 @@ WORKDIR /data
 USER 10001:10001
 EXPOSE 8000
 
-# Runs in the image's own Python (the venv's, first on PATH); honours a changed LASTWORD_PORT.
+# Readiness (/readyz: the store answers, the replica is not draining), in the image's own Python
+# (the venv's, first on PATH); honours a changed LASTWORD_PORT.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('LASTWORD_PORT', '8000'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('LASTWORD_PORT', '8000'), timeout=2)"]
 
-# Exec form: lastword is PID 1 and gets the SIGTERM of `docker stop` itself, then finishes its
-# requests, closes its streams and the database, and exits 0.
+# Exec form: lastword is PID 1 and gets the SIGTERM of `docker stop` itself, then drains (its
+# streams told to reconnect, its requests finished, within LASTWORD_DRAIN_SECONDS), closes the
+# database, and exits 0. Give `docker stop` longer than the drain (`-t 15`).
 STOPSIGNAL SIGTERM
 CMD ["lastword", "serve"]

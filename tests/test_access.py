@@ -60,9 +60,10 @@ def test_refusals_are_problem_documents_that_change_nothing(secured: tuple[str, 
 
 
 def test_health_stays_open(secured: tuple[str, str]) -> None:
-    """/healthz and /readyz answer without a token."""
+    """/healthz, /livez and /readyz answer without a token."""
     url, _ = secured
     assert httpx.get(url + "/healthz").status_code == 200
+    assert httpx.get(url + "/livez").status_code == 200
     assert httpx.get(url + "/readyz").status_code == 200
 
 

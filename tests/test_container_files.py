@@ -184,3 +184,20 @@ def test_compose_check_fails_a_broken_compose_file(tmp_path: Path, mistake: tupl
     broken.write_text(text.replace(mistake[0], mistake[1], 1))
     result = check_compose(broken)
     assert result.returncode == 1, result.stdout + result.stderr
+
+
+def test_health_checks_ask_readyz_and_stops_outlast_the_drain() -> None:
+    """The image's HEALTHCHECK and each compose replica's health check ask /readyz (the store
+    answers, the replica is not draining), and compose gives a stop longer than the drain."""
+    import yaml
+    from lastword.settings import Settings
+
+    healthcheck = re.search(r"^HEALTHCHECK .*?CMD (.*)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE | re.DOTALL)
+    assert healthcheck is not None and "/readyz" in healthcheck.group(1).splitlines()[0]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    replicas = {name: service for name, service in compose["services"].items() if name.startswith("lastword")}
+    assert replicas
+    drain = Settings.model_fields["drain_seconds"].default
+    for name, service in replicas.items():
+        assert "/readyz" in " ".join(service["healthcheck"]["test"]), name
+        assert float(service["stop_grace_period"].removesuffix("s")) > drain, name

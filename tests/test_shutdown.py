@@ -20,7 +20,7 @@ from tests.sse import open_stream, payload
 @pytest.mark.slow
 def test_sigterm_drains_streams_and_finishes_the_ingest_in_flight(tmp_path: Path) -> None:
     """On SIGTERM a subscriber gets server/reconnect, an NDJSON ingest in flight completes, then it exits."""
-    env = {"LASTWORD_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}", "LASTWORD_SHUTDOWN_GRACE_SECONDS": "10",
+    env = {"LASTWORD_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}", "LASTWORD_DRAIN_SECONDS": "10",
            "LASTWORD_KEEPALIVE_SECONDS": "1"}
     server = ServerProcess(env, tmp_path).start()
     try:

@@ -23,7 +23,8 @@ The categories (a client may branch on them with ``except``)::
     ├── Unprocessable             422  schema violations, unknown stop reason
     ├── HeadersTooLarge           431
     ├── HttpError                 4xx  any other HTTP-level refusal (status set per instance)
-    └── Unavailable               503  the store or the notice connection cannot be reached
+    └── Unavailable               503  the store or the notice connection cannot be reached,
+                                       or the replica is draining
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class LastwordError(Exception):
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
     title: ClassVar[str] = "Internal error"
+    #: Seconds a client should wait before it tries again (a ``Retry-After`` header), if any.
+    retry_after: ClassVar[int | None] = None
 
     def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
@@ -298,6 +301,13 @@ class Unavailable(LastwordError):
 
 class NoticesUnavailable(Unavailable):
     code = "notices_unavailable"
+
+
+class Draining(Unavailable):
+    """The replica is shutting down (SPEC §18): ready elsewhere, or here after its restart."""
+
+    code, title = "draining", "Draining"
+    retry_after = 1
 
 
 def every_error_class() -> list[type[LastwordError]]:

@@ -59,7 +59,8 @@ log = logging.getLogger("lastword")
 
 def problem_response(error: LastwordError) -> Response:
     """The answer for ``error``: its problem document (every route's refusals come through here)."""
-    return Response(problem_json(error), status_code=error.http_status, media_type=PROBLEM_JSON)
+    headers = None if error.retry_after is None else {"Retry-After": str(error.retry_after)}
+    return Response(problem_json(error), status_code=error.http_status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -222,12 +223,20 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
+        """Liveness: the process answers (kept as it was; probes should use ``/livez``)."""
         return {"status": "ok"}
 
-    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Problem}})
+    @app.get("/livez", response_model=Health, tags=["health"])
+    async def livez() -> dict[str, str]:
+        """Liveness: the process can serve. Nothing else is checked: a database outage must
+        not get a healthy replica restarted."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {
+        "model": Problem, "description": "Not ready: the store or the notices cannot be reached "
+        "(`store_unavailable`, `notices_unavailable`), or the replica is draining (`draining`)."}})
     async def readyz(request: Request) -> Any:
-        """Readiness: the store answers."""
+        """Readiness: the store answers and the replica is not draining."""
         try:
             await request.app.state.service.ready()
         except Unavailable as error:

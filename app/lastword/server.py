@@ -1,10 +1,9 @@
 """Serving the app with uvicorn: a deadline for request headers, and a graceful shutdown.
 
-Shutdown (SIGTERM, or ``should_exit``): the listening sockets close first, so nothing new
-comes in; then every SSE subscriber gets a last ``server/reconnect`` message and its stream
-ends, and every long poll answers with the result as it stands; then uvicorn waits (up to
-``LASTWORD_SHUTDOWN_GRACE_SECONDS``) for in-flight requests — ingests included — to finish,
-and the lifespan closes the store.
+Shutdown (SIGTERM, or ``should_exit``) is a drain, described on :class:`LastwordServer`: the
+listener stays open while streams are told to reconnect, long polls answer and in-flight
+requests — ingests included — finish, all within ``LASTWORD_DRAIN_SECONDS``; then the lifespan
+closes the store.
 
 uvicorn has no limit on how long a client may take to send its request headers, so a client
 trickling them a byte at a time would hold a connection (and its memory) forever. The protocol
@@ -29,6 +28,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -80,6 +80,9 @@ class _HeadersPastTheLimit(Exception):
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_deadline: float = 10.0
     body_deadline: float = 30.0
+    #: Set (on the server's own subclass) when the server drains: every response closes its
+    #: connection.
+    draining: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -173,6 +176,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self.draining and self.cycle is not None:
+            self.cycle.keep_alive = False
         self._arm_body()  # disarmed at once by a request without a body (its message completes)
 
     def on_message_complete(self) -> None:
@@ -186,12 +191,43 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
 
 class LastwordServer(uvicorn.Server):
+    """uvicorn's server with lastword's drain (SPEC §18) in place of its plain shutdown.
+
+    On SIGTERM the replica drains while its listener stays open: the service refuses new streams
+    and long polls (503 ``draining``, ``Retry-After``) and ``/readyz`` answers 503, every open
+    stream gets ``server/reconnect`` and ends, every parked long poll answers with the result as
+    it stands, and every response from then on closes its connection (a client's next request
+    opens a new one: through a load balancer, to another replica). Once no request is in flight,
+    or when ``LASTWORD_DRAIN_SECONDS`` since the signal have passed, the listener closes, what is
+    still running is cancelled (a batch commits whole or not at all) and the lifespan closes the
+    store. A second SIGTERM (or SIGINT) skips what is left: the process exits at once, keeping
+    what was committed.
+    """
+
+    #: How often the drain looks whether requests are still in flight.
+    DRAIN_POLL_SECONDS = 0.05
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit:
+            self.force_exit = True  # uvicorn forces only on a second SIGINT; a pod sends SIGTERM
+        super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()  # stop accepting before clients are told to reconnect
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.config.timeout_graceful_shutdown or 0)
         service = getattr(getattr(self.config.app, "state", None), "service", None)
         if service is not None:
             service.drain()
+        protocol = self.config.http_protocol_class
+        if isinstance(protocol, type) and issubclass(protocol, HeaderDeadlineProtocol):
+            protocol.draining = True
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle ones close now, busy ones after their response
+        while self.server_state.tasks and not self.force_exit and loop.time() < deadline:
+            await asyncio.sleep(self.DRAIN_POLL_SECONDS)
+        # What is left of the deadline is uvicorn's grace for the requests still running.
+        # (uvicorn hands it to asyncio.wait_for, which takes seconds as a float.)
+        self.config.timeout_graceful_shutdown = max(0.0, deadline - loop.time())  # type: ignore[assignment]
         await super().shutdown(sockets)
 
 
@@ -207,7 +243,7 @@ def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time
         "log_level": settings.log_level,
         "log_config": None,  # keep the JSON handlers configured by lastword.http.logs
         "access_log": False,  # lastword's own request log leaves query strings (tokens) out
-        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        "timeout_graceful_shutdown": settings.drain_seconds,
         "lifespan": "on",
     }
     options.update(overrides)

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from lastword.errors import Conflict, NotFound, NoticesUnavailable, TurnNotFound
+from lastword.errors import Conflict, Draining, NotFound, NoticesUnavailable, TurnNotFound
 from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
@@ -102,8 +102,19 @@ class RunService:
         """Shutting down: streams say "reconnect", long polls answer now."""
         self._hub.drain()
 
+    @property
+    def draining(self) -> bool:
+        return self._hub.draining
+
+    def refuse_if_draining(self) -> None:
+        """Raise :class:`Draining` while draining: a stream or long poll begun now would be cut at once."""
+        if self._hub.draining:
+            raise Draining("this replica is shutting down; retry (another replica, or this one after its restart)")
+
     async def ready(self) -> None:
-        """Raise :class:`Unavailable` unless the store answers and commits are being heard."""
+        """Raise :class:`Unavailable` unless the store answers, commits are being heard, and the
+        replica is not draining."""
+        self.refuse_if_draining()
         await self._store.ping()
         if not self._fanout.connected:
             # Writes would work, but live streams here would not hear other replicas' commits.

@@ -58,8 +58,9 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(
         30.0, gt=0, description="Longest pause between two pieces of a request body (else 408 body_timeout)."
     )
-    shutdown_grace_seconds: float = Field(
-        10.0, ge=0, description="On SIGTERM, how long in-flight requests get to finish."
+    drain_seconds: float = Field(
+        10.0, ge=0, description="On SIGTERM, the longest drain: streams are told to reconnect and in-flight "
+        "requests finish, then the process exits (keep the pod's terminationGracePeriodSeconds above it)."
     )
     ingest_token: SecretStr | None = Field(
         None, description="Bearer token that ingest (every POST under /v1) requires. Unset: open."

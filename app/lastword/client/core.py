@@ -394,7 +394,14 @@ class _Resume:
         return {"Last-Event-ID": str(self.last)} if self.last is not None else {}
 
     def take(self, event: ServerSentEvent) -> StreamMessage | None:
-        """The message an SSE event carries; None for one without an id (``server/reconnect``)."""
+        """The message an SSE event carries; None for ``server/reconnect`` (and anything without
+        an id). The parser gives an event without an ``id`` line the last id seen, as the SSE
+        specification says, so ``server/reconnect`` is told apart by its type."""
+        if event.event == "server/reconnect":
+            # The server ends this connection on purpose (a drain, the connection's lifetime):
+            # coming back is the plan, not a failure, so the reconnects start afresh.
+            self._failures = 0
+            return None
         if not event.id:
             return None
         message = StreamMessage(int(event.id), event.event, orjson.loads(event.data) if event.data else {})
@@ -403,11 +410,17 @@ class _Resume:
         return message
 
     def failed(self, error: Exception) -> float:
-        """The pause before reconnecting after ``error``; re-raises it once retries are spent."""
+        """The pause before reconnecting after ``error`` (a lost connection, or a 503 from a
+        draining replica: at least its ``Retry-After``); re-raises it once retries are spent."""
         self._failures += 1
         if self._failures > (self._reconnects if self.opened else self._retries):
+            if isinstance(error, _Retryable):
+                _problem_of_stream(error.response)
             raise error
-        return min(5.0, self._backoff * 2.0**self._failures)
+        pause = min(5.0, self._backoff * 2.0**self._failures)
+        if isinstance(error, _Retryable):
+            pause = max(pause, _retry_after(error.response))
+        return pause
 
 
 class _Stream:
@@ -440,6 +453,21 @@ class _Stream:
 def _problem_of_stream(response: httpx.Response) -> None:
     if response.is_error:
         _Core.decode(response, Run)
+
+
+def _open_stream_refused(response: httpx.Response) -> None:
+    """Raise for a refused stream: retryably for a replica that is draining or overloaded."""
+    if response.status_code in RETRIED_STATUSES:
+        raise _Retryable(response)
+    _problem_of_stream(response)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The ``Retry-After`` seconds of ``response`` (0 when it has none; at most a minute)."""
+    try:
+        return min(60.0, max(0.0, float(response.headers.get("retry-after", "0"))))
+    except ValueError:
+        return 0.0
 
 
 class LastwordClient:
@@ -590,7 +618,9 @@ class LastwordClient:
         return self._send(self._core.tool_result(run_id, turn, wait))
 
     def stream(self, run_id: str, *, include_chunks: bool = False, after: int | None = None) -> Iterator[StreamMessage]:
-        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection
+        (a server draining for its restart ends streams so, and refuses new ones with 503 and
+        ``Retry-After`` until it is gone: both mean "reconnect", not the run's end).
 
         Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
         ``run/closed``); nothing is lost or repeated across reconnects.
@@ -602,7 +632,7 @@ class LastwordClient:
                 yield from self._follow(stream)
                 if stream.finished_by_message or stream.over(self.get_run(run_id)):
                     return
-            except httpx.TransportError as error:
+            except (httpx.TransportError, _Retryable) as error:
                 time.sleep(stream.resume.failed(error))
 
     def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
@@ -611,7 +641,7 @@ class LastwordClient:
         while True:
             try:
                 yield from self._follow(stream)
-            except httpx.TransportError as error:
+            except (httpx.TransportError, _Retryable) as error:
                 time.sleep(stream.resume.failed(error))
 
     def _follow(self, stream: _Stream) -> Iterator[StreamMessage]:
@@ -619,7 +649,7 @@ class LastwordClient:
         with connect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
             if source.response.is_error:
                 source.response.read()
-                _problem_of_stream(source.response)
+                _open_stream_refused(source.response)
             stream.resume.opened = True
             for event in source.iter_sse():
                 message = stream.resume.take(event)
@@ -770,7 +800,9 @@ class AsyncLastwordClient:
     async def stream(
         self, run_id: str, *, include_chunks: bool = False, after: int | None = None
     ) -> AsyncIterator[StreamMessage]:
-        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection.
+        """The run's SSE messages; reconnects with ``Last-Event-ID`` after a dropped connection
+        (a server draining for its restart ends streams so, and refuses new ones with 503 and
+        ``Retry-After`` until it is gone: both mean "reconnect", not the run's end).
 
         Ends when the run's stream ends (after ``subagent/end`` of a oneshot run, or
         ``run/closed``); nothing is lost or repeated across reconnects.
@@ -783,7 +815,7 @@ class AsyncLastwordClient:
                     yield message
                 if stream.finished_by_message or stream.over(await self.get_run(run_id)):
                     return
-            except httpx.TransportError as error:
+            except (httpx.TransportError, _Retryable) as error:
                 await asyncio.sleep(stream.resume.failed(error))
 
     async def stream_all(
@@ -795,7 +827,7 @@ class AsyncLastwordClient:
             try:
                 async for message in self._follow(stream):
                     yield message
-            except httpx.TransportError as error:
+            except (httpx.TransportError, _Retryable) as error:
                 await asyncio.sleep(stream.resume.failed(error))
 
     async def _follow(self, stream: _Stream) -> AsyncIterator[StreamMessage]:
@@ -803,7 +835,7 @@ class AsyncLastwordClient:
         async with aconnect_sse(self._http, "GET", stream.path, **stream.connect_options()) as source:
             if source.response.is_error:
                 await source.response.aread()
-                _problem_of_stream(source.response)
+                _open_stream_refused(source.response)
             stream.resume.opened = True
             async for event in source.aiter_sse():
                 message = stream.resume.take(event)

@@ -163,13 +163,19 @@ class Hub:
         return bool(self._feeds)
 
     def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
-        subscription = Subscription(self.buffer, types)
+        subscription = self._ended_if_draining(Subscription(self.buffer, types))
         self._runs[run_id].add(subscription)
         return subscription
 
     def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
-        subscription = Subscription(self.buffer, None, parent_run_id)
+        subscription = self._ended_if_draining(Subscription(self.buffer, None, parent_run_id))
         self._feeds.add(subscription)
+        return subscription
+
+    def _ended_if_draining(self, subscription: Subscription) -> Subscription:
+        # A stream that got past the route's check as the drain began: told to reconnect too.
+        if self.draining:
+            subscription.end("shutdown")
         return subscription
 
     def unsubscribe(self, run_id: str | None, subscription: Subscription) -> None:

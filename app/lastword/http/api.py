@@ -389,6 +389,7 @@ async def _long_poll(request: Request, run_id: str, turn: int | None, wait: floa
     service = service_of(request)
     if wait <= 0:
         return (await service.result(run_id, turn, 0))[1]
+    service.refuse_if_draining()  # 503: the client waits on another replica instead
     poll = asyncio.ensure_future(service.result(run_id, turn, wait))
     gone = asyncio.ensure_future(_disconnected(request))
     try:
@@ -495,5 +496,7 @@ async def join_children(
     """Join: each child's current turn, once every one has ended (``?any=true``: the first) or
     the wait runs out; ``done`` says which. The children are the runs naming ``runId`` as parent."""
     wait = min(wait, settings_of(request).max_wait_seconds)
+    if wait > 0:
+        service_of(request).refuse_if_draining()
     done, turns = await service_of(request).join(runId, wait, any_child=any)
     return {"runId": runId, "done": done, "children": [result_view(turn) for turn in turns]}

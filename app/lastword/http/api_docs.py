@@ -65,7 +65,8 @@ STATUSES: dict[int, str] = {
     415: "A content type this endpoint does not take (`unsupported_media_type`).",
     422: "The input breaks the schema: the problem names the event's `index` and the `field` "
     "(`invalid_event`, `validation_error`, `empty_batch`, `unstorable_value`). Nothing is stored.",
-    503: "The store cannot be reached (`store_unavailable`): nothing was stored; retry with the same eventIds.",
+    503: "The store cannot be reached (`store_unavailable`): nothing was stored; retry with the same eventIds. "
+    "Or the replica is draining (`draining`, with `Retry-After`): a new stream or long poll is refused; retry.",
 }
 
 #: Descriptions of parameters by name, for routes that give none.
@@ -199,6 +200,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
         "runId": "parent-1", "done": True, "children": [_RESULT],
     })},
     ("get", "/healthz"): {"response": ("200", "application/json", {"status": "ok"})},
+    ("get", "/livez"): {"response": ("200", "application/json", {"status": "ok"})},
     ("get", "/readyz"): {"response": ("200", "application/json", {"status": "ready"})},
     ("get", "/metrics"): {"response": ("200", "text/plain", (
         '# TYPE lastword_events_ingested_total counter\nlastword_events_ingested_total{type="assistant/chunk"} 17.0\n'

@@ -41,6 +41,8 @@ SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": Problem, "description": "A bad resume id."},
     404: {"model": Problem, "description": "Unknown run."},
     410: {"model": Problem, "description": "The run was deleted by retention."},
+    503: {"model": Problem, "description": "The replica is draining (`draining`, with `Retry-After`): "
+          "resume elsewhere, or here after the restart, with Last-Event-ID."},
 }
 
 
@@ -142,6 +144,7 @@ async def run_stream(
 ) -> EventStream:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
     service: RunService = request.app.state.service
+    service.refuse_if_draining()
     types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
     resume = _resume_point(last_event_id, after)
     subscription = service.subscribe_run(runId, frozenset(types))
@@ -227,6 +230,7 @@ async def firehose(
 ) -> EventStream:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
     service: RunService = request.app.state.service
+    service.refuse_if_draining()
     resume = _resume_point(last_event_id, after)
     subscription = service.subscribe_feed(parentRunId)
     release = _releaser(service, None, subscription)

@@ -1,0 +1,364 @@
+"""The drain on SIGTERM (SPEC §18), through real ``lastword serve`` processes on each backend.
+
+Order comes from explicit signals, never from sleeps: ``/metrics`` says when a long poll is
+parked, a request body the test holds back keeps a write in flight (and so the drain open),
+and the server's request log says when a client was refused by the draining replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from lastword.client.core import LastwordClient, StreamMessage
+
+from tests.servers import ServerProcess
+from tests.sse import ids, open_stream, payload, strictly_increasing
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAIN_SECONDS = 10.0
+
+
+def serve(database_url: str, **env: str) -> ServerProcess:
+    return ServerProcess({"LASTWORD_DATABASE_URL": database_url, "LASTWORD_KEEPALIVE_SECONDS": "1",
+                          "LASTWORD_LEASE_SECONDS": "0", "LASTWORD_LOG_LEVEL": "info",
+                          "LASTWORD_DRAIN_SECONDS": str(DRAIN_SECONDS), **env}, ROOT)
+
+
+def wait_until(condition: Callable[[], bool], what: str, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within} s: {what}")
+        time.sleep(0.02)
+
+
+def gauge(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def answers(url: str, path: str, status: int) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return httpx.get(url + path, timeout=2).status_code == status
+        except httpx.TransportError:
+            return False
+    return check
+
+
+def logged(server: ServerProcess, text: str) -> Callable[[], bool]:
+    return lambda: text in server.log_path.read_text()
+
+
+def terminate(server: ServerProcess) -> float:
+    """Send SIGTERM; the monotonic time it was sent."""
+    assert server.process is not None
+    server.process.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
+def exit_status(server: ServerProcess, timeout: float = DRAIN_SECONDS + 10) -> int:
+    assert server.process is not None
+    status = server.process.wait(timeout=timeout)
+    server.kill()  # closes its log
+    return status
+
+
+class HeldIngest:
+    """An NDJSON ingest whose body stops half-way until :meth:`finish`: a write in flight."""
+
+    def __init__(self, url: str, run_id: str, count: int) -> None:
+        self.lines = [orjson.dumps({"type": "x-line", "eventId": f"held-{n}", "n": n}) + b"\n" for n in range(count)]
+        self.first_half_sent, self._release = threading.Event(), threading.Event()
+        self.answer: httpx.Response | None = None
+        self.error: httpx.TransportError | None = None
+        self._thread = threading.Thread(target=self._post, args=(url, run_id), daemon=True)
+        self._thread.start()
+
+    def _body(self) -> Iterator[bytes]:
+        half = len(self.lines) // 2
+        yield b"".join(self.lines[:half])
+        self.first_half_sent.set()
+        self._release.wait(30)
+        yield b"".join(self.lines[half:])
+
+    def _post(self, url: str, run_id: str) -> None:
+        try:
+            self.answer = httpx.post(f"{url}/v1/runs/{run_id}/events", content=self._body(),
+                                     headers={"content-type": "application/x-ndjson"}, timeout=30)
+        except httpx.TransportError as error:
+            self.error = error
+
+    def finish_quietly(self) -> None:
+        """Let the body end, for a server that is gone: the post fails, and that is expected."""
+        self._release.set()
+        self._thread.join(30)
+
+    def finish(self) -> httpx.Response:
+        self._release.set()
+        self._thread.join(30)
+        assert self.answer is not None, self.error
+        return self.answer
+
+
+def create_run(url: str, **body: Any) -> str:
+    response = httpx.post(url + "/v1/runs", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["runId"])
+
+
+def last_seq(url: str, run_id: str) -> int:
+    return int(httpx.get(f"{url}/v1/runs/{run_id}").json()["lastSeq"])
+
+
+def assert_draining(response: httpx.Response) -> None:
+    assert response.status_code == 503, (response.request.url, response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == "draining"
+    assert response.headers["retry-after"] == "1"
+
+
+def test_draining_keeps_the_listener_open_and_refuses_only_new_waits(database_url: str) -> None:
+    """After SIGTERM, while a write is in flight: /readyz 503 draining, /livez 200, new streams
+    and long polls 503 with Retry-After, plain reads and writes still served (each answer closing
+    its connection); the held write commits whole, then the process exits 0 within the drain."""
+    server = serve(database_url).start()
+    try:
+        run = create_run(server.url, runId="drain-open")
+        held = HeldIngest(server.url, run, 6)
+        assert held.first_half_sent.wait(10)
+        wait_until(lambda: last_seq(server.url, run) >= 4, "the first half of the held write is stored")
+        signalled = terminate(server)
+        wait_until(answers(server.url, "/readyz", 503), "/readyz turns 503 while the listener stays open")
+        ready = httpx.get(server.url + "/readyz")
+        assert_draining(ready)
+        assert ready.headers["connection"] == "close"
+        assert httpx.get(server.url + "/livez").json() == {"status": "ok"}
+        for path in (f"/v1/runs/{run}/stream", "/v1/stream", f"/v1/runs/{run}/result?wait=5",
+                     f"/v1/runs/{run}/tool-result?wait=5", f"/v1/runs/{run}/children?wait=5"):
+            assert_draining(httpx.get(server.url + path))
+        assert httpx.get(f"{server.url}/v1/runs/{run}/result").json()["status"] == "running"
+        late = httpx.post(f"{server.url}/v1/runs/{run}/events", json=[{"type": "x-line", "eventId": "late", "n": 6}])
+        assert late.status_code == 200 and late.json()["accepted"] == 1
+        answer = held.finish()
+        assert answer.status_code == 200 and answer.json()["accepted"] == 6
+        assert exit_status(server) == 0
+        assert time.monotonic() - signalled < DRAIN_SECONDS
+    finally:
+        server.kill()
+
+    restarted = serve(database_url).start()
+    try:
+        events = httpx.get(f"{restarted.url}/v1/runs/{run}/events").json()["events"]
+        assert sorted(e["event"]["n"] for e in events if e["event"]["type"] == "x-line") == list(range(7))
+    finally:
+        restarted.stop()
+
+
+def test_a_parked_long_poll_answers_at_once_and_the_process_exits(database_url: str) -> None:
+    """A ?wait=60 poll parked on a running turn answers with the running result as soon as
+    SIGTERM comes, and the process then exits 0 well within the drain."""
+    server = serve(database_url).start()
+    try:
+        run = create_run(server.url)
+        polled: list[tuple[httpx.Response, float]] = []
+        poll = threading.Thread(target=lambda: polled.append((
+            httpx.get(f"{server.url}/v1/runs/{run}/result", params={"wait": 60}, timeout=70), time.monotonic())))
+        poll.start()
+        wait_until(lambda: gauge(server.url, "lastword_result_polls_waiting") >= 1, "the poll is parked")
+        signalled = terminate(server)
+        poll.join(DRAIN_SECONDS)
+        assert polled, "the parked poll did not answer within the drain"
+        response, answered = polled[0]
+        assert response.status_code == 200 and response.json()["status"] == "running"
+        assert answered - signalled < 5
+        assert exit_status(server) == 0
+        assert time.monotonic() - signalled < DRAIN_SECONDS
+    finally:
+        server.kill()
+
+
+def test_an_open_stream_resumes_on_a_second_server_without_loss_or_repeat(database_url: str, backend: str) -> None:
+    """A stream open on a replica that drains ends with server/reconnect naming its last id;
+    resumed with that id on a second server (PostgreSQL: another replica, running meanwhile;
+    SQLite: the restart on the same file) it gives every later event once, in order."""
+    first = serve(database_url).start()
+    second = serve(database_url) if backend == "postgres" else None
+    if second is not None:
+        second.start()
+    try:
+        run = create_run(first.url, runId="drain-resume")
+
+        def post(url: str, n: int) -> None:
+            body = {"type": "assistant/chunk", "eventId": f"c{n}", "delta": {"type": "text", "text": f"c{n} "}}
+            assert httpx.post(f"{url}/v1/runs/{run}/events", json=body).status_code == 200
+
+        async def before_drain() -> tuple[list[Any], list[Any]]:
+            async with httpx.AsyncClient(base_url=first.url, timeout=20) as client:
+                async with open_stream(client, f"/v1/runs/{run}/stream?include=chunks") as stream:
+                    seen = [await stream.next()]  # the snapshot
+                    for n in range(5):
+                        await asyncio.to_thread(post, first.url, n)
+                        seen.append(await stream.next())
+                    terminate(first)
+                    return seen, await stream.until_closed()
+
+        seen, rest = asyncio.run(before_drain())
+        assert [event.event for event in rest] == ["server/reconnect"]
+        assert payload(rest[0]) == {"reason": "shutdown", "lastEventId": int(seen[-1].id)}
+        if second is None:
+            assert exit_status(first) == 0
+            second = serve(database_url).start()
+        for n in range(5, 10):
+            post(second.url, n)
+        assert httpx.post(f"{second.url}/v1/runs/{run}/end", json={"stopReason": "completed"}).status_code == 200
+
+        async def after_drain() -> list[Any]:
+            async with httpx.AsyncClient(base_url=second.url, timeout=20) as client:
+                async with open_stream(client, f"/v1/runs/{run}/stream?include=chunks",
+                                       last_event_id=str(payload(rest[0])["lastEventId"])) as stream:
+                    return await stream.until_closed()
+
+        resumed = await_list(after_drain())
+        events = seen[1:] + resumed
+        chunks = [payload(e)["delta"]["text"] for e in events if e.event == "assistant/chunk"]
+        assert chunks == [f"c{n} " for n in range(10)]
+        assert events[-1].event == "subagent/end"
+        assert strictly_increasing(ids(seen + resumed))
+        if backend == "postgres":
+            assert exit_status(first) == 0
+    finally:
+        first.kill()
+        if second is not None:
+            second.stop()
+
+
+def await_list(coroutine: Any) -> list[Any]:
+    result: list[Any] = asyncio.run(coroutine)
+    return result
+
+
+def test_the_client_stream_follows_a_drain_and_the_restart(database_url: str) -> None:
+    """LastwordClient.stream takes the drain's end of stream and the draining replica's 503 as
+    "reconnect": across SIGTERM and a restart it gives every chunk once, then the end."""
+    server = serve(database_url).start()
+    try:
+        run = create_run(server.url)
+        got: list[StreamMessage] = []
+        failed: list[BaseException] = []
+        first_chunk = threading.Event()
+
+        def follow() -> None:
+            try:
+                with LastwordClient(server.url, retries=2, backoff=0.05, reconnects=200) as client:
+                    for message in client.stream(run, include_chunks=True):
+                        got.append(message)
+                        if message.event == "assistant/chunk":
+                            first_chunk.set()
+            except BaseException as error:  # reported by the test below
+                failed.append(error)
+
+        def chunk(n: int) -> None:
+            body = {"type": "assistant/chunk", "eventId": f"c{n}", "delta": {"type": "text", "text": f"c{n}"}}
+            assert httpx.post(f"{server.url}/v1/runs/{run}/events", json=body).status_code == 200
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        wait_until(lambda: gauge(server.url, "lastword_sse_subscribers") >= 1, "the client's stream is open")
+        chunk(0)
+        assert first_chunk.wait(10)
+        held = HeldIngest(server.url, run, 2)  # keeps the drain open until the client met it
+        assert held.first_half_sent.wait(10)
+        terminate(server)
+        wait_until(logged(server, f"GET /v1/runs/{run}/stream 503"), "the client was refused by the draining replica")
+        assert held.finish().status_code == 200
+        assert exit_status(server) == 0
+        server.start()
+        chunk(1)
+        assert httpx.post(f"{server.url}/v1/runs/{run}/end", json={"stopReason": "completed"}).status_code == 200
+        follower.join(20)
+        assert not failed, failed
+        assert not follower.is_alive()
+        assert [m.data["delta"]["text"] for m in got if m.event == "assistant/chunk"] == ["c0", "c1"]
+        assert got[-1].event == "subagent/end"
+        assert strictly_increasing([m.id for m in got]), [(m.id, m.event) for m in got]
+    finally:
+        server.kill()
+
+
+def test_lastword_tail_follows_a_drain_and_the_restart(database_url: str) -> None:
+    """``lastword tail RUN`` prints the whole output once across a drain and a restart, and
+    exits 0 at the run's end (the drain's 503 is not the run's end)."""
+    server = serve(database_url).start()
+    tail: subprocess.Popen[bytes] | None = None
+    try:
+        run = create_run(server.url)
+        tail = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", server.url],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), cwd=ROOT)
+        wait_until(lambda: gauge(server.url, "lastword_sse_subscribers") >= 1, "tail's stream is open")
+        post = f"{server.url}/v1/runs/{run}/events"
+        delta = {"type": "text", "text": "before "}
+        assert httpx.post(post, json={"type": "assistant/chunk", "eventId": "a", "delta": delta}).status_code == 200
+        held = HeldIngest(server.url, run, 2)
+        assert held.first_half_sent.wait(10)
+        terminate(server)
+        wait_until(logged(server, f"GET /v1/runs/{run}/stream 503"), "tail was refused by the draining replica")
+        assert held.finish().status_code == 200
+        assert exit_status(server) == 0
+        server.start()
+        delta = {"type": "text", "text": "after"}
+        assert httpx.post(post, json={"type": "assistant/chunk", "eventId": "b", "delta": delta}).status_code == 200
+        assert httpx.post(f"{server.url}/v1/runs/{run}/end", json={"stopReason": "completed"}).status_code == 200
+        out, err = tail.communicate(timeout=30)
+        assert tail.returncode == 0, err.decode()
+        assert out.decode().count("before after") == 1, out.decode()
+        assert out.decode().rstrip().endswith("end turn 1: completed")
+    finally:
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+            tail.wait()
+        server.kill()
+
+
+def test_a_second_sigterm_exits_at_once_keeping_what_was_committed(database_url: str) -> None:
+    """SIGTERM during a drain held open by a write in flight, then SIGTERM again: the process
+    exits at once (not at the drain's deadline), and what was committed before is kept."""
+    server = serve(database_url).start()
+    try:
+        run = create_run(server.url, runId="twice")
+        held = HeldIngest(server.url, run, 6)
+        assert held.first_half_sent.wait(10)
+        wait_until(lambda: last_seq(server.url, run) >= 4, "the first half of the held write is stored")
+        terminate(server)
+        wait_until(answers(server.url, "/readyz", 503), "the drain began")
+        second = terminate(server)
+        assert server.process is not None
+        server.process.wait(timeout=DRAIN_SECONDS)
+        assert time.monotonic() - second < 3
+        server.kill()
+        held.finish_quietly()
+    finally:
+        server.kill()
+
+    restarted = serve(database_url).start()
+    try:
+        events = httpx.get(f"{restarted.url}/v1/runs/{run}/events").json()["events"]
+        assert [e["event"]["n"] for e in events if e["event"]["type"] == "x-line"] == [0, 1, 2]
+    finally:
+        restarted.stop()
