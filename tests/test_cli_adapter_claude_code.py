@@ -536,6 +536,14 @@ def test_message_delta_usage_keeps_message_start_counts() -> None:
     assert message["usage"] == usage(8, 9, 2, 3)
 
 
+def test_message_delta_usage_without_an_earlier_usage_is_whole() -> None:
+    """A reply whose lines carried no usage takes message_delta's as a whole usage (input 0)."""
+    lines = [assistant("m1", text("a")), message_delta(None, 4), stream({"type": "message_stop"})]
+    events = parent(run(lines)[0])
+    assert events[0]["message"]["usage"] == {"inputTokens": 0, "outputTokens": 4}
+    validate_events(events)
+
+
 # -- the turn's end ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("before", "line", "stop_reason", "error"), [
@@ -1005,10 +1013,7 @@ def body_of(specs: list[tuple[Any, ...]], with_uuids: bool) -> list[Event]:
         uuid = f"uuid_{position}" if with_uuids else None
         if kind == "assistant":
             _, keep, content, parent_id, counts_, stop = spec
-            previous = lines[-1] if lines else {}
-            same = keep and parent_id in open_reply and previous.get("parent_tool_use_id") == parent_id and \
-                previous.get("type") in ("assistant", "stream_event")
-            message_id = open_reply[parent_id] if same else new_id()
+            message_id = open_reply[parent_id] if keep and parent_id in open_reply else new_id()
             open_reply[parent_id] = message_id
             fields: Event = {"stop_reason": stop}
             if counts_ is not None:
@@ -1055,6 +1060,9 @@ def body_of(specs: list[tuple[Any, ...]], with_uuids: bool) -> list[Event]:
             line = {"type": "rate_limit_event", "parent_tool_use_id": spec[1], "session_id": "s"}
             if uuid is not None:
                 line["uuid"] = uuid
+        if kind in ("synthetic", "tool_result", "message_stop", "result", "notification") or \
+                (kind == "user" and not spec[3]) or (kind == "system" and spec[1] == "init"):
+            open_reply.clear()  # it may answer the reply open in its context: the next one is new
         lines.append(line)
     return lines
 

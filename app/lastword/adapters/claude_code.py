@@ -224,7 +224,8 @@ class ClaudeCodeAdapter(CliAdapter):
                 context.reply.stop = _MESSAGE_STOPS[stop]
             usage = event.get("usage")
             if isinstance(usage, dict):
-                latest = self._usage(index, usage, "event.usage.", partial=True)
+                # Counts replace message_start's; without them, a count not given is 0 (§4 needs both).
+                latest = self._usage(index, usage, "event.usage.", partial=context.reply.usage is not None)
                 context.reply.usage = {**(context.reply.usage or {}), **latest}
             return []
         if kind == "message_stop":
