@@ -840,7 +840,7 @@ def test_an_init_does_not_answer_a_subagents_reply() -> None:
 
 def test_lines_without_uuid_get_positional_ids() -> None:
     """session:type:n, n counted per type; before any session the format's name."""
-    lines = [{"type": "system", "subtype": "init"}, {"type": "system", "subtype": "status", "session_id": 5},
+    lines: list[Event] = [{"type": "system", "subtype": "init"}, {"type": "system", "subtype": "status", "session_id": 5},
              user("a", None, session_id="s1"), user("b", None, session_id="s2"), system("status", ""),
              {"type": "rate_limit_event", "session_id": "s3"}, result(None)]
     events = parent(run(lines)[0])
