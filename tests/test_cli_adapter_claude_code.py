@@ -332,7 +332,9 @@ def test_a_reply_is_stored_when_answered(answer: Event, answered: bool) -> None:
 def test_a_reply_is_stored_at_the_end_of_the_body() -> None:
     adapter = ClaudeCodeAdapter()
     adapter.feed(0, assistant("m1", text("hello")))
-    assert [item.event["eventId"] for item in adapter.finish()] == ["m1"]
+    stored = adapter.finish()
+    assert [item.event["eventId"] for item in stored] == ["m1"]
+    assert "stopReason" not in stored[0].event["message"]  # the end of the body is no next reply
     assert adapter.stop == StreamStop(None, None)
     assert adapter.finish() == []  # nothing twice
 
@@ -590,6 +592,15 @@ def test_the_turn_ends_when_the_body_ends_after_a_result() -> None:
     assert adapter.finish() == []  # made once
 
 
+def test_a_usage_without_a_count_gives_it_as_0() -> None:
+    """A usage missing its input or output count gives it as 0 (§4 needs both)."""
+    for counts, expected in (({"input_tokens": 3}, {"inputTokens": 3, "outputTokens": 0}),
+                             ({"output_tokens": 2}, {"inputTokens": 0, "outputTokens": 2}),
+                             ({}, {"inputTokens": 0, "outputTokens": 0})):
+        made, _ = run([assistant("m1", text("a"), usage=counts)])
+        assert parent(made)[0]["message"]["usage"] == expected
+
+
 def test_a_result_without_usage_ends_without_usage() -> None:
     made, _ = run([assistant("m1", text("a"), usage=cli_usage(4, 2)), result()])
     events = parent(made)
@@ -756,6 +767,18 @@ def test_a_backgrounded_subagent_ends_at_its_notification(launched: Event) -> No
     assert made[-1].event == {"type": END, "eventId": "tn:end", "stopReason": "completed",
                               "source": {"format": "claude-code", "events": [notification]}}
     assert made[-1].agent == "general-purpose"
+    assert "stopReason" not in made[3].event["message"]  # the notification is no next reply
+
+
+def test_a_backgrounded_subagent_seen_only_in_other_lines_ends_at_its_notification() -> None:
+    """A child seen only through a line of a kind not known still exists, so its notification ends it."""
+    notification = system("task_notification", "tn", tool_use_id="call_a", status="completed", summary="Done.")
+    lines = [assistant("m1", agent_call("call_a")),
+             foreground("call_a", tool_result("call_a", "launched"), {"status": "async_launched"}),
+             {"type": "tool_progress", "uuid": "p1", "parent_tool_use_id": "call_a"}, notification]
+    child = [item.event for item in run(lines)[0] if item.child == "call_a"]
+    assert types(child) == ["x-claude-code-tool_progress", MESSAGE, END]
+    assert child[1]["message"] == {"content": [text("Done.")]}
 
 
 def test_a_backgrounded_subagent_without_a_reply_gives_its_summary() -> None:
@@ -814,6 +837,13 @@ def test_task_started_names_the_agent_when_the_call_did_not() -> None:
     made, _ = run([system("task_started", "ts", tool_use_id=3, subagent_type="Explore"),
                    assistant("c1", text("x"), parent_id="call_a")])
     assert {item.agent for item in made if item.child} == {None}
+
+
+def test_a_childs_agent_is_the_one_known_when_it_was_first_seen() -> None:
+    """A call id given again with another type does not retype a child already seen."""
+    lines = [assistant("m1", agent_call("call_a", "first")), assistant("c1", text("x"), parent_id="call_a"),
+             assistant("m1", agent_call("call_a", "second"))]
+    assert {item.agent for item in run(lines)[0] if item.child} == {"first"}
 
 
 def test_the_agent_is_learnt_after_the_child_was_seen() -> None:
