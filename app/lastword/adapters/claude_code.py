@@ -82,6 +82,8 @@ class ClaudeCodeAdapter(CliAdapter):
         self._contexts: dict[str | None, _Context] = {None: _Context(None)}
         #: Subagent type by the id of the ``Agent``/``Task`` call that started it.
         self._agents: dict[str, str | None] = {}
+        #: The calls whose subagent was backgrounded: they end at their ``task_notification``.
+        self._background: set[str] = set()
         self._session: str | None = None
         #: The CLI's own usage total (the ``result`` lines') and the eventId of the turn's end.
         self._total: dict[str, int] = {}
@@ -223,7 +225,8 @@ class ClaudeCodeAdapter(CliAdapter):
                 context.reply.stop = _MESSAGE_STOPS[stop]
             usage = event.get("usage")
             if isinstance(usage, dict):
-                latest = self._usage(index, usage, "event.usage.", partial=True)
+                # Counts replace message_start's; without them, a count not given is 0 (§4 needs both).
+                latest = self._usage(index, usage, "event.usage.", partial=context.reply.usage is not None)
                 context.reply.usage = {**(context.reply.usage or {}), **latest}
             return []
         if kind == "message_stop":
@@ -296,7 +299,8 @@ class ClaudeCodeAdapter(CliAdapter):
             agent = line.get("subagent_type")
             self._agents[call_id] = agent if isinstance(agent, str) else None
         made.append(self.extension("system", event_id, line))
-        if subtype == "task_notification" and isinstance(call_id, str) and call_id in self._contexts:
+        # A foreground subagent prints its task_notification too, before the tool result that ends it.
+        if subtype == "task_notification" and call_id in self._background and call_id in self._contexts:
             child = self._contexts[call_id]
             if not child.ended:
                 made.extend(self._flush(child, next_reply=False))
@@ -320,6 +324,7 @@ class ClaudeCodeAdapter(CliAdapter):
         result = line.get("tool_use_result")
         result = result if isinstance(result, dict) else {}
         if result.get("status") == "async_launched" or result.get("isAsync") is True:
+            self._background.add(call_id)
             return []  # backgrounded: it ends at its task_notification
         child = self._context(call_id)
         if child.ended:
