@@ -330,10 +330,7 @@ class _History:
     def tool_answer(
         self, item: LoggedEvent, call_id: Any, content: Any, is_error: Any, block: int | None = None
     ) -> None:
-        if not isinstance(call_id, str):
-            self.omit(item, "unknown_tool_call", block)
-            return
-        call_id = safe_call_id(call_id)  # the id its call was given
+        call_id = safe_call_id(call_id)  # validated at ingest: a string; now the id its call was given
         if call_id not in self.calls_seen:
             self.omit(item, "unnamed_tool_call" if call_id in self.unnamed else "unknown_tool_call", block)
             return
