@@ -99,3 +99,41 @@ def test_a_long_history_is_read_whole(shared_api: httpx.Client) -> None:
     body = messages(shared_api, run_id, "openai")
     assert len(body["messages"]) == 6000
     assert body["messages"][-1] == {"role": "assistant", "content": "a2999"}
+
+
+def test_tool_call_ids_a_provider_refuses_are_replaced_and_nameless_calls_left_out(shared_api: httpx.Client) -> None:
+    """Ids logged as a CLI wrote them (``toolu.01``, 70 characters) are replaced by safe ones,
+    the same in the call and its result and on every request, listed in ``inserted`` with the
+    original; a call with an empty name and its result are listed as ``unnamed_tool_call``."""
+    run_id = create(shared_api)["runId"]
+    long_id = "call-" + "x" * 65
+    events = [
+        {"type": "user/message", "message": {"content": "look around"}},
+        {"type": "assistant/message", "message": {"content": [
+            {"type": "tool_call", "id": "toolu.01", "name": "ls", "input": {}},
+            {"type": "tool_call", "id": long_id, "name": "cat", "input": {"path": "a"}},
+            {"type": "tool_call", "id": "nameless", "name": "", "input": {}},
+        ]}},
+        {"type": "tool/result", "toolCallId": "toolu.01", "content": "a b"},
+        {"type": "tool/result", "toolCallId": long_id, "content": "text of a"},
+        {"type": "tool/result", "toolCallId": "nameless", "content": "?"},
+        message("done"),
+    ]
+    assert shared_api.post(f"/v1/runs/{run_id}/events", json=events).status_code == 200
+    seqs = [item["seq"] for item in shared_api.get(f"/v1/runs/{run_id}/events").json()["events"]
+            if item["event"]["type"] in ("assistant/message", "tool/result")]
+    for fmt in ("anthropic", "openai"):
+        body = messages(shared_api, run_id, fmt)  # the SDK types and the id rule checked there
+        assert body == messages(shared_api, run_id, fmt)
+        replaced = {entry["original"]: entry["toolCallId"] for entry in body["inserted"]}
+        assert set(replaced) == {"toolu.01", long_id}
+        assert [entry["reason"] for entry in body["inserted"]] == ["unsafe_tool_call_id"] * 2
+        assert [entry["index"] for entry in body["inserted"]] == [1, 1]
+        assert body["omitted"] == [{"runId": run_id, "seq": seqs[0], "block": 2, "reason": "unnamed_tool_call"},
+                                   {"runId": run_id, "seq": seqs[3], "reason": "unnamed_tool_call"}]
+        if fmt == "openai":
+            assert [call["id"] for call in body["messages"][1]["tool_calls"]] == list(replaced.values())
+            assert [m["tool_call_id"] for m in body["messages"][2:4]] == list(replaced.values())
+        else:
+            assert [b["id"] for b in body["messages"][1]["content"]] == list(replaced.values())
+            assert [b["tool_use_id"] for b in body["messages"][2]["content"]] == list(replaced.values())

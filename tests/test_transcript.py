@@ -7,6 +7,7 @@ listed with a true reason, and that no substantive block is lost (count in, coun
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
@@ -311,6 +312,117 @@ def test_a_repeated_call_id_is_left_out_with_its_result() -> None:
         ]
 
 
+def replacement(call_id: str) -> str:
+    """The id SPEC §12's provider-safe rule gives an unsafe one, as docs/TRANSCRIPT.md states it."""
+    return "lw_" + hashlib.sha256(call_id.encode()).hexdigest()[:32]
+
+
+@pytest.mark.parametrize("unsafe", ["toolu.01", "call:1", "", "c" * 65, "ça", "c 1", "c1\n"])
+def test_an_unsafe_call_id_is_replaced_for_the_call_and_its_result(unsafe: str) -> None:
+    """An id a provider refuses is replaced by a safe one, the same in the call and its result,
+    and listed in ``inserted`` with the original."""
+    safe = replacement(unsafe)
+    items = log([user("q"), assistant(text("looking"), call(unsafe)), result(unsafe, "found")])
+    answers = both(items)
+    assert answers["anthropic"]["messages"][1:] == [
+        {"role": "assistant", "content": [text("looking"),
+                                          {"type": "tool_use", "id": safe, "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": safe, "content": "found"}]},
+    ]
+    assert answers["openai"]["messages"][1:] == [
+        {"role": "assistant", "content": "looking", "tool_calls": [
+            {"id": safe, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": safe, "content": "found"},
+    ]
+    entry = {"index": 1, "reason": "unsafe_tool_call_id", "toolCallId": safe, "original": unsafe}
+    for answer in answers.values():
+        assert answer["inserted"] == [entry]
+        assert answer["omitted"] == []
+
+
+def test_the_replacement_is_fixed() -> None:
+    """The same unsafe id gets the same replacement on every request (a parent may ask twice)."""
+    assert replacement("toolu.01") == "lw_2c92cd448b43b705ea8fbc530abf1853"
+    items = log([user("q"), assistant(call("toolu.01")), result("toolu.01")])
+    assert both(items) == both(items)
+    assert both(items)["anthropic"]["messages"][1]["content"][0]["id"] == "lw_2c92cd448b43b705ea8fbc530abf1853"
+
+
+@pytest.mark.parametrize("safe", ["c", "toolu_01A-b", "c" * 64, "lw_" + "0" * 32])
+def test_a_safe_call_id_is_kept(safe: str) -> None:
+    """Ids of letters, digits, ``_`` and ``-``, 1 to 64 of them, are sent as logged."""
+    items = log([user("q"), assistant(call(safe)), result(safe)])
+    for answer in both(items).values():
+        assert "inserted" not in answer
+    assert both(items)["openai"]["messages"][2]["tool_call_id"] == safe
+
+
+def test_replaced_ids_answered_by_a_user_message_interrupted_or_repeated() -> None:
+    """A result block in a user message names the logged id; an unanswered replaced call is
+    interrupted under its new id; a repeat of a replaced id is a duplicate; the entries of a
+    history that starts with the assistant are shifted with its messages."""
+    items = log([assistant(call("a.1"), call("b.2")),
+                 user([{"type": "tool_result", "toolCallId": "a.1", "content": "one"}]),
+                 assistant(call("a.1"), text("again")), result("a.1", "late")])
+    answers = both(items)
+    a, b = replacement("a.1"), replacement("b.2")
+    anthropic = answers["anthropic"]
+    assert anthropic["messages"][2] == {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": a, "content": "one"},
+        {"type": "tool_result", "tool_use_id": b, "content": INTERRUPTED_TEXT, "is_error": True},
+    ]}
+    assert anthropic["inserted"] == [
+        {"index": 0, "reason": "leading_assistant"},
+        {"index": 1, "reason": "unsafe_tool_call_id", "toolCallId": a, "original": "a.1"},
+        {"index": 1, "reason": "unsafe_tool_call_id", "toolCallId": b, "original": "b.2"},
+        {"index": 2, "reason": "interrupted_tool_call", "toolCallId": b},
+    ]
+    assert answers["openai"]["inserted"] == [
+        {"index": 0, "reason": "unsafe_tool_call_id", "toolCallId": a, "original": "a.1"},
+        {"index": 0, "reason": "unsafe_tool_call_id", "toolCallId": b, "original": "b.2"},
+        {"index": 2, "reason": "interrupted_tool_call", "toolCallId": b},
+    ]
+    for answer in answers.values():
+        assert answer["omitted"] == [
+            {"runId": RUN, "seq": 4, "block": 0, "reason": "duplicate_tool_call"},
+            {"runId": RUN, "seq": 5, "reason": "already_answered"},
+        ]
+
+
+def test_a_call_with_an_empty_name_is_left_out_with_its_results() -> None:
+    """No provider takes a nameless call: it and every result naming it are listed as
+    unnamed_tool_call; the rest of its message stays, and an unknown result stays unknown."""
+    items = log([user("q"), assistant(text("trying"), call("c1", name=""), call("c.2", name="")),
+                 result("c1", "x"), user([{"type": "tool_result", "toolCallId": "c.2", "content": "y"}, text("go on")]),
+                 result("c3", "z"), assistant(call("c4", name="")), assistant(text("done"))])
+    answers = both(items)
+    assert answers["anthropic"]["messages"] == [
+        {"role": "user", "content": [text("q")]},
+        {"role": "assistant", "content": [text("trying")]},
+        {"role": "user", "content": [text("go on")]},
+        {"role": "assistant", "content": [text("done")]},
+    ]
+    for answer in answers.values():
+        assert "inserted" not in answer
+        assert answer["omitted"] == [
+            {"runId": RUN, "seq": 3, "block": 1, "reason": "unnamed_tool_call"},
+            {"runId": RUN, "seq": 3, "block": 2, "reason": "unnamed_tool_call"},
+            {"runId": RUN, "seq": 4, "reason": "unnamed_tool_call"},
+            {"runId": RUN, "seq": 5, "block": 0, "reason": "unnamed_tool_call"},
+            {"runId": RUN, "seq": 6, "reason": "unknown_tool_call"},
+            {"runId": RUN, "seq": 7, "block": 0, "reason": "unnamed_tool_call"},
+            {"runId": RUN, "seq": 7, "reason": "nothing_kept"},
+        ]
+
+
+def test_a_named_call_keeps_its_results_when_an_unnamed_one_shares_its_id() -> None:
+    """A result goes to the kept call with its id, even when a nameless call used the id too."""
+    items = log([user("q"), assistant(call("c1", name=""), call("c1")), result("c1", "x")])
+    answer = both(items)["openai"]
+    assert answer["messages"][2] == {"role": "tool", "tool_call_id": "c1", "content": "x"}
+    assert answer["omitted"] == [{"runId": RUN, "seq": 3, "block": 0, "reason": "unnamed_tool_call"}]
+
+
 def test_error_results_and_block_results() -> None:
     """isError sets is_error for Anthropic; block content is kept as blocks there, joined for OpenAI."""
     items = log([user("q"), assistant(call("c1")),
@@ -530,7 +642,7 @@ def test_input_events_are_not_changed() -> None:
 
 # -- the property test ----------------------------------------------------------------------------
 
-CALL_IDS = ["c1", "c2", "c3", "c4"]
+CALL_IDS = ["c1", "c2", "c3", "c.4", "", "c" * 65]
 words = st.text(alphabet="ab \n", min_size=0, max_size=4)
 visible_words = st.text(alphabet="abc", min_size=1, max_size=4)
 blank = st.sampled_from(["", " ", "\n", " \t\n"])
@@ -556,7 +668,8 @@ def blocks(draw: st.DrawFn) -> Event:
             block["signature"] = signature
         return block
     if kind == "tool_call":
-        return call(draw(st.sampled_from(CALL_IDS)), q=draw(words))
+        return call(draw(st.sampled_from(CALL_IDS)), draw(st.sampled_from(["read_file", "read_file", ""])),
+                    q=draw(words))
     if kind == "tool_result":
         return {"type": "tool_result", "toolCallId": draw(st.sampled_from(CALL_IDS + ["zz"])),
                 "content": draw(st.one_of(texts, st.lists(blocks(), max_size=3))),
@@ -641,7 +754,8 @@ def expected_units(items: list[LoggedEvent], answer: dict[str, Any]) -> list[Any
     return units
 
 
-def as_anthropic(block: Any) -> Any:
+def as_anthropic(block: Any, ids: dict[str, str]) -> Any:
+    """``block`` as Anthropic takes it; ``ids`` are the replaced call ids (original → new)."""
     if isinstance(block, str):
         return text(block)
     kind = block["type"]
@@ -650,7 +764,8 @@ def as_anthropic(block: Any) -> Any:
     if kind == "reasoning":
         return {"type": "thinking", "thinking": block["text"], "signature": block["signature"]}
     if kind == "tool_call":
-        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
+        return {"type": "tool_use", "id": ids.get(block["id"], block["id"]), "name": block["name"],
+                "input": block["input"]}
     return block
 
 
@@ -659,7 +774,7 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
     reason = entry["reason"]
     if "block" not in entry:
         if event["type"] == "tool/result":
-            return reason in ("unknown_tool_call", "already_answered")
+            return reason in ("unknown_tool_call", "already_answered", "unnamed_tool_call")
         content = event["message"]["content"]
         if reason == "empty":
             return content in ([], "")
@@ -675,7 +790,7 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
             reason != "blank_text" or part["type"] == "text")
     assert block is not None
     if block["type"] == "tool_result" and event["type"] == "user/message":
-        return reason in ("unknown_tool_call", "already_answered")
+        return reason in ("unknown_tool_call", "already_answered", "unnamed_tool_call")
     handled = {"text", "tool_call", "reasoning", "tool_result", *BOOKKEEPING_BLOCK_TYPES}
     return bool({
         "blank_text": block["type"] == "text" and not visible(block["text"]),
@@ -687,7 +802,9 @@ def justified(entry: dict[str, Any], event: Event, fmt: str) -> bool:
         "unsupported_block": (fmt == "openai" and block["type"] not in ("text", "tool_call", "reasoning", "refusal"))
         or (fmt == "openai" and block["type"] == "refusal" and event["type"] == "user/message")
         or (fmt == "anthropic" and block["type"] not in ANTHROPIC_BLOCK_TYPES | handled),
-        "duplicate_tool_call": block["type"] == "tool_call",
+        "duplicate_tool_call": block["type"] == "tool_call" and block["name"] != "",
+        "unnamed_tool_call": block["type"] == "tool_call" and block["name"] == ""
+        and event["type"] == "assistant/message",
         "misplaced_tool_result": block["type"] == "tool_result" and event["type"] == "assistant/message",
         "misplaced_block": event["type"] == "user/message" and block["type"] in ("reasoning", "tool_call"),
     }.get(reason, False))
@@ -707,6 +824,10 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
     for fmt, answer in both(items).items():
         units = expected_units(items, answer)
         messages = answer["messages"]
+        replaced = [e for e in answer.get("inserted", []) if e["reason"] == "unsafe_tool_call_id"]
+        ids = {e["original"]: e["toolCallId"] for e in replaced}
+        assert all(e["original"] in ("c.4", "", "c" * 65) for e in replaced)
+        assert len(set(ids.values())) == len(ids)
         for entry in answer["omitted"]:
             event = dict(by_seq[(entry["runId"], entry["seq"])])
             assert event["type"] in ("assistant/message", "user/message", "tool/result")
@@ -725,7 +846,7 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
             got = [b for m in messages for b in m["content"] if b["type"] != "tool_result"]
             if answer.get("inserted") and answer["inserted"][0]["reason"] == "leading_assistant":
                 got = got[1:]
-            want = [as_anthropic(b) for _, kept in units for b in kept]
+            want = [as_anthropic(b, ids) for _, kept in units for b in kept]
             assert got == want
         else:
             got_units = [m for m in messages if m["role"] != "tool"]
@@ -736,7 +857,7 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
                 assert message["content"] == ("\n\n".join(joined) if joined else None)
                 refusals = [b["text"] for b in kept if not isinstance(b, str) and b["type"] == "refusal"]
                 assert message.get("refusal") == ("\n\n".join(refusals) if refusals else None)
-                calls = [b["id"] for b in kept if not isinstance(b, str) and b["type"] == "tool_call"]
+                calls = [ids.get(b["id"], b["id"]) for b in kept if not isinstance(b, str) and b["type"] == "tool_call"]
                 assert [c["id"] for c in message.get("tool_calls", [])] == calls
         # Every answer in the output answers a call; every inserted answer is a repair listed.
         repairs = {(e["index"], e.get("toolCallId")) for e in answer.get("inserted", [])}
@@ -748,6 +869,14 @@ def test_every_invariant_holds_for_every_log(turns: list[list[Event]]) -> None:
 def test_checks_refuse_what_providers_refuse() -> None:
     """The invariant checks can fail: each refuses a history a provider answers with 400."""
     bad_anthropic: list[list[dict[str, Any]]] = [
+        [{"role": "user", "content": [text("q")]}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": bad_id, "name": "n", "input": {}}]},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": bad_id, "content": "x"}]}]
+        for bad_id in ("c.1", "", "c" * 65)
+    ] + [
+        [{"role": "user", "content": [text("q")]}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "c", "name": "", "input": {}}]},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "x"}]}],
         [{"role": "assistant", "content": [text("a")]}],
         [{"role": "user", "content": []}],
         [{"role": "user", "content": [text(" ")]}],
@@ -759,7 +888,13 @@ def test_checks_refuse_what_providers_refuse() -> None:
     for messages in bad_anthropic:
         with pytest.raises((AssertionError, ValueError)):
             check_anthropic(messages)
-    bad_openai: list[list[dict[str, Any]]] = [
+    unsafe_openai: list[list[dict[str, Any]]] = [
+        [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": bad_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": bad_id, "content": "x"}]
+        for bad_id, name in (("c.1", "n"), ("", "n"), ("c" * 65, "n"), ("c", ""))
+    ]
+    bad_openai: list[list[dict[str, Any]]] = unsafe_openai + [
         [{"role": "user", "content": ""}],
         [{"role": "assistant", "content": None}],
         [{"role": "tool", "tool_call_id": "c", "content": "x"}],

@@ -17,6 +17,7 @@ import pytest
 from lastword.webhooks import addresses
 from standardwebhooks.webhooks import Webhook
 
+from tests.clock import ManualClock
 from tests.receiver import Answer, Receiver
 from tests.servers import threaded_server
 
@@ -295,7 +296,7 @@ def test_internal_targets_are_refused_at_creation(make_settings: Any, url: str, 
 
 
 @pytest.mark.parametrize("url", ["http://[::1/", "http://[zz]/", "http://127.0.0.1:80:80/", "http://h.example:http/",
-                                 "http://[::1]x/"])
+                                 "http://[::1]x/", "http://xn--zz.example/", "http://xn--ls8h.example/"])
 def test_malformed_webhook_urls_are_422_not_500(make_settings: Any, url: str) -> None:
     """A URL that cannot be parsed is refused as invalid_webhook, allowed private targets or not."""
     with serve(make_settings) as base, httpx.Client(base_url=base) as http:
@@ -395,3 +396,41 @@ def test_the_secret_is_stored_once(make_settings: Any, database_url: str, receiv
     for request in receiver.requests:
         Webhook(secret).verify(request.body, request.headers)  # still signed with it
     assert stored_copies(database_url, secret.removeprefix("whsec_"), tmp_path) == 1
+
+
+def store_url_as_an_older_release_did(database_url: str, run_id: str, url: str) -> None:
+    """Write ``url`` as the run's webhook target straight into the database, as a release that did
+    not check it would have stored it (its deliveries copy the target when an end commits)."""
+    if database_url.startswith("sqlite:///"):
+        with sqlite3.connect(database_url.removeprefix("sqlite:///")) as db:
+            assert db.execute("UPDATE webhooks SET url = ? WHERE run_id = ?", (url, run_id)).rowcount == 1
+    else:
+        with psycopg.connect(database_url) as db:
+            assert db.execute("UPDATE webhooks SET url = %s WHERE run_id = %s", (url, run_id)).rowcount == 1
+
+
+@pytest.mark.parametrize("stored", ["http://xn--zz.example/hook", "http://[::1]x/hook", "http://hooks.example:http/"])
+def test_a_delivery_whose_request_cannot_be_built_fails_after_the_maximum_attempts(
+        make_settings: Any, database_url: str, stored: str) -> None:
+    """A target stored before today's checks, that no request can be built for, is an attempt with
+    an error each time it falls due, and ``failed`` after the maximum attempts; then it is left alone."""
+    clock = ManualClock()
+    settings = make_settings(webhook_max_attempts=3, webhook_backoff_seconds=10.0)
+    with threaded_server(settings, clock) as base, httpx.Client(base_url=base) as http:
+        # A literal global address passes creation without a lookup; it is replaced before any attempt.
+        http.post("/v1/runs", json={"runId": "old", "webhook": {"url": "http://93.184.216.34/hook"}}
+                  ).raise_for_status()
+        store_url_as_an_older_release_did(database_url, "old", stored)
+        http.post("/v1/runs/old/end", json={"stopReason": "end_turn"}).raise_for_status()
+        for made in (1, 2):
+            [delivery] = deliveries_when(http, "old", lambda ds, made=made: len(ds[0]["attempts"]) == made)
+            assert delivery["state"] == "pending"
+            clock.advance(10.0 * 2 ** made)  # past the longest jittered delay (1.5 × the doubled backoff)
+        [delivery] = deliveries_when(http, "old", settled)
+        clock.advance(3600.0)
+        clock.wait_for_reads(3)  # the sender looked again at the new time
+        [after] = http.get("/v1/runs/old/deliveries").json()["deliveries"]
+    assert delivery["state"] == "failed" and len(delivery["attempts"]) == 3
+    assert all(a["error"].startswith("no request could be built for webhook.url") and "statusCode" not in a
+               for a in delivery["attempts"])
+    assert after == delivery

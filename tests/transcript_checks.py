@@ -2,12 +2,14 @@
 
 Shapes are validated with the providers' own SDK request types (``anthropic.types.MessageParam``,
 ``openai.types.chat.ChatCompletionMessageParam``) with extra keys forbidden, so an answer is
-what those SDKs would send. Pydantic validates ``Iterable`` fields lazily: :func:`_force` walks
+what those SDKs would send. The SDK types do not hold the providers' rules for tool call ids
+(Anthropic refuses one outside ``^[a-zA-Z0-9_-]{1,64}$``) or names (empty): checked here. Pydantic validates ``Iterable`` fields lazily: :func:`_force` walks
 the validated value so every nested block is really checked.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic.types
@@ -20,6 +22,15 @@ ANTHROPIC_MESSAGES: TypeAdapter[Any] = TypeAdapter(
 OPENAI_MESSAGES: TypeAdapter[Any] = TypeAdapter(
     list[openai.types.chat.ChatCompletionMessageParam], config=ConfigDict(extra="forbid", strict=True)
 )
+
+
+#: A tool call id Anthropic's Messages API accepts (written here from its error text, not taken
+#: from the module under test).
+PROVIDER_CALL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def provider_call_id(value: Any) -> bool:
+    return isinstance(value, str) and PROVIDER_CALL_ID.fullmatch(value) is not None
 
 
 def _force(value: Any) -> Any:
@@ -51,8 +62,10 @@ def check_anthropic(messages: list[dict[str, Any]]) -> None:
                 assert message["role"] == "assistant" and block["signature"], block
             elif kind == "tool_use":
                 assert message["role"] == "assistant"
+                assert provider_call_id(block["id"]) and block["name"], block
             elif kind == "tool_result":
                 assert message["role"] == "user"
+                assert provider_call_id(block["tool_use_id"]), block
                 assert not seen_other, "tool results come before any other block of their message"
                 result = block["content"]
                 if isinstance(result, str):
@@ -98,6 +111,7 @@ def check_openai(messages: list[dict[str, Any]]) -> None:
                 assert calls
             for call in calls:
                 assert call["type"] == "function" and isinstance(call["function"]["arguments"], str)
+                assert provider_call_id(call["id"]) and call["function"]["name"], call
                 assert call["id"] not in seen_calls, "tool call ids are unique"
                 seen_calls.add(call["id"])
                 open_calls.append(call["id"])

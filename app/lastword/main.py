@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                max_attempts=settings.webhook_max_attempts,
                                timeout_seconds=settings.webhook_timeout_seconds,
-                               allow_private=settings.webhook_allow_private)
+                               allow_private=settings.webhook_allow_private, clock=clock)
         service.end_observers.append(sender.ended)
         # Before the start, whose sweep may end turns: those are spans too.
         spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),

@@ -362,7 +362,7 @@ class Omission(_Answer):
     """Why: ``empty``, ``nothing_kept``, ``blank_text``, ``blank_refusal``, ``bookkeeping``,
     ``unsigned_reasoning``, ``reasoning``, ``unsupported_block``, ``misplaced_block``,
     ``misplaced_tool_result``, ``duplicate_tool_call``, ``unknown_tool_call``,
-    ``already_answered`` (docs/TRANSCRIPT.md)."""
+    ``already_answered``, ``unnamed_tool_call`` (docs/TRANSCRIPT.md)."""
 
 
 class Insertion(_Answer):
@@ -373,7 +373,13 @@ class Insertion(_Answer):
     index: int
     """The index of the message that holds it."""
     reason: str
-    """Why: ``leading_assistant``, ``interrupted_tool_call``, ``empty_tool_result``."""
+    """Why: ``leading_assistant``, ``interrupted_tool_call``, ``empty_tool_result``,
+    ``unsafe_tool_call_id`` (a tool call id a provider would refuse, replaced)."""
+    toolCallId: str | None = None
+    """The tool call it concerns, by the id sent in ``messages`` (absent for ``leading_assistant``)."""
+    original: str | None = None
+    """``unsafe_tool_call_id`` only: the id as it was logged, which ``toolCallId`` replaces (the
+    same in the call and every result naming it, and on every request)."""
 
 
 class TranscriptPage(_Answer):

@@ -25,11 +25,19 @@ Deliberate choices (the providers' documentation does not settle them; see docs/
 * A tool answer with no visible content gets a fixed text (listed in ``inserted``), because
   neither format allows an empty text and the call still needs its answer.
 * OpenAI has no error flag on tool messages: an errored result's content is sent unchanged.
+* A tool call id a provider would refuse (Anthropic takes ``^[a-zA-Z0-9_-]{1,64}$``; the
+  strictest rule is applied to both formats, so a history can be sent to either) is replaced by
+  :func:`safe_call_id`, a digest of it: the same for the call and every result naming it, and the
+  same on every request. Each replaced call is listed in ``inserted`` with its ``original`` id.
+* A tool call with an empty name is left out with ``unnamed_tool_call``, and so are its results
+  (no provider takes a call to a nameless tool).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -48,6 +56,11 @@ EMPTY_RESULT_TEXT = "(the tool returned no content)"
 #: The user message put first when an Anthropic history would start with the assistant.
 LEADING_USER_TEXT = "(the conversation continues from here)"
 
+#: A tool call id both providers take (Anthropic's rule, the stricter); others are replaced.
+SAFE_CALL_ID = re.compile("[a-zA-Z0-9_-]{1,64}")
+#: The start of a replaced id (then 32 hex digits of the original's SHA-256).
+SAFE_CALL_ID_PREFIX = "lw_"
+
 #: Anthropic's own request block types, sent as they were logged ("provider blocks kept as
 #: sent"); any other unknown type (``file``, an OpenAI ``refusal``, …) would be refused there.
 ANTHROPIC_BLOCK_TYPES = frozenset({
@@ -62,7 +75,7 @@ ANTHROPIC_RESULT_BLOCK_TYPES = frozenset({"image", "document", "search_result"})
 #: Reasons a block is left out that lose something a model saw (the rest is noise).
 SUBSTANTIVE_LOSS = frozenset({
     "unsigned_reasoning", "reasoning", "unsupported_block", "duplicate_tool_call", "misplaced_block",
-    "blank_refusal",
+    "blank_refusal", "unnamed_tool_call",
 })
 
 
@@ -120,6 +133,14 @@ class _Side:
 
 #: A block converter: the format's block, or the reason it is left out (a string).
 Converter = Callable[[Mapping[str, Any]], Block | str]
+
+
+def safe_call_id(call_id: str) -> str:
+    """``call_id`` when both providers take it, else a fixed replacement made from it: the same
+    for the same id on every request, and itself a safe id."""
+    if SAFE_CALL_ID.fullmatch(call_id):
+        return call_id
+    return SAFE_CALL_ID_PREFIX + hashlib.sha256(call_id.encode()).hexdigest()[:32]
 
 
 def _visible(text: Any) -> bool:
@@ -245,6 +266,8 @@ class _History:
         self.omitted: list[dict[str, Any]] = []
         self.pending: dict[str, None] = {}  # calls of the last assistant message not yet answered
         self.calls_seen: set[str] = set()
+        self.unnamed: set[str] = set()  # (safe) ids of calls left out for their empty name
+        self.replaced: dict[str, str] = {}  # safe id → the logged id it replaces
 
     @property
     def side(self) -> _Side:
@@ -280,11 +303,7 @@ class _History:
         for index, block in enumerate(content):
             converted = self.rules.assistant_block(block)
             if not isinstance(converted, str) and converted["type"] == "tool_use":
-                call_id = converted["id"]
-                if call_id in self.calls_seen or call_id in ids_here:
-                    converted = "duplicate_tool_call"
-                else:
-                    ids_here.add(call_id)
+                converted = self.tool_call(converted, ids_here)
             if isinstance(converted, str):
                 self.omit(item, converted, index)
             else:
@@ -294,11 +313,26 @@ class _History:
             return
         self.add_assistant(kept)
 
+    def tool_call(self, call: Block, ids_here: set[str]) -> Block | str:
+        """A converted call with a safe id, or why it is left out; ``ids_here`` are the ids of
+        the calls kept so far in its message."""
+        call_id = safe_call_id(call["id"])
+        if not call["name"]:
+            self.unnamed.add(call_id)
+            return "unnamed_tool_call"
+        if call_id in self.calls_seen or call_id in ids_here:
+            return "duplicate_tool_call"
+        ids_here.add(call_id)
+        if call_id != call["id"]:
+            self.replaced[call_id] = call["id"]
+        return {**call, "id": call_id}
+
     def tool_answer(
         self, item: LoggedEvent, call_id: Any, content: Any, is_error: Any, block: int | None = None
     ) -> None:
-        if not isinstance(call_id, str) or call_id not in self.calls_seen:
-            self.omit(item, "unknown_tool_call", block)
+        call_id = safe_call_id(call_id)  # validated at ingest: a string; now the id its call was given
+        if call_id not in self.calls_seen:
+            self.omit(item, "unnamed_tool_call" if call_id in self.unnamed else "unknown_tool_call", block)
             return
         if call_id not in self.pending:
             self.omit(item, "already_answered", block)
@@ -380,6 +414,15 @@ def _neutral(items: Iterable[LoggedEvent], rules: _Rules) -> _History:
 # -- assembly per format ---------------------------------------------------------------------
 
 
+def _replaced_ids(history: _History, blocks: list[Block], index: int) -> list[dict[str, Any]]:
+    """``inserted`` entries of the calls among ``blocks`` (in message ``index``) whose id was replaced."""
+    return [
+        {"index": index, "reason": "unsafe_tool_call_id", "toolCallId": block["id"],
+         "original": history.replaced[block["id"]]}
+        for block in blocks if block["type"] == "tool_use" and block["id"] in history.replaced
+    ]
+
+
 def _anthropic_messages(history: _History) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     messages: list[dict[str, Any]] = []
     inserted: list[dict[str, Any]] = []
@@ -410,6 +453,7 @@ def _anthropic_messages(history: _History) -> tuple[list[dict[str, Any]], list[d
     add_side(history.lead)
     for assistant, side in history.turns:
         add("assistant", assistant.blocks)
+        inserted.extend(_replaced_ids(history, assistant.blocks, len(messages) - 1))
         add_side(side)
     if messages and messages[0]["role"] == "assistant":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
@@ -452,6 +496,7 @@ def _openai_messages(history: _History) -> tuple[list[dict[str, Any]], list[dict
         ]
         if calls:
             message["tool_calls"] = calls
+        inserted.extend(_replaced_ids(history, assistant.blocks, len(messages)))
         messages.append(message)
         add_side(side)
     return messages, inserted

@@ -98,8 +98,8 @@ def check_webhook(url: str, secret: str | None, allowed: Sequence[str], *, allow
         if refused is not None:
             raise InvalidWebhook(f"webhook.url's host {refused}", field="webhook.url")
     try:
-        httpx.URL(url)  # what the sender builds its requests from
-    except httpx.InvalidURL as malformed:
+        httpx.Request("POST", url)  # as the sender builds its requests (the host's IDNA form included)
+    except (httpx.InvalidURL, ValueError) as malformed:  # IDNA refusals are UnicodeErrors
         raise InvalidWebhook(f"webhook.url is not a well-formed URL: {malformed}", field="webhook.url") from None
     if secret is not None and not _is_secret(secret):
         raise InvalidWebhook(

@@ -12,7 +12,8 @@ of an answer's body only the first :data:`lastword.webhooks.rules.RESPONSE_EXCER
 read and kept. Secrets and URLs are never logged: a log line names the ``webhook-id`` only.
 Connections go through :mod:`lastword.webhooks.pinned`: the target's name is resolved once per
 connection, every address checked, and the checked address dialled; an attempt refused there
-is recorded with its reason and nothing is sent.
+is recorded with its reason and nothing is sent. So is an attempt whose request cannot be built
+from the stored URL (:func:`unbuildable_error`): it counts towards the maximum attempts.
 """
 
 from __future__ import annotations
@@ -132,10 +133,14 @@ class WebhookSender:
         error: str | None = None
         excerpt: str | None = None
         try:
+            request = self._client.build_request(
+                "POST", job.url, content=job.payload.encode(),
+                headers=headers(job.webhook_id, job.payload, job.secret, started_at))
+        except (httpx.InvalidURL, ValueError) as unbuildable:  # IDNA refusals are UnicodeErrors
+            await self._record(job, started_at, started, None, unbuildable_error(unbuildable), None)
+            return
+        try:
             async with asyncio.timeout(self._timeout):
-                request = self._client.build_request(
-                    "POST", job.url, content=job.payload.encode(),
-                    headers=headers(job.webhook_id, job.payload, job.secret, started_at))
                 response = await self._client.send(request, stream=True)
                 try:
                     status = response.status_code
@@ -148,6 +153,11 @@ class WebhookSender:
             error = f"{type(failure).__name__}: {failure}"[:RESPONSE_EXCERPT]
         except RefusedAddress as refused:
             error = f"refused, not sent: {refused}"[:RESPONSE_EXCERPT]
+        await self._record(job, started_at, started, status, error, excerpt)
+
+    async def _record(self, job: DeliveryJob, started_at: float, started: float, status: int | None,
+                      error: str | None, excerpt: str | None) -> None:
+        """Store one attempt's outcome: delivered, pending with its next time, or failed."""
         duration_ms = (time.perf_counter() - started) * 1000
         attempts = [*job.attempts, attempt_record(rfc3339(started_at), duration_ms, status, error, excerpt)]
         delivered = status is not None and 200 <= status < 300
@@ -172,6 +182,13 @@ class WebhookSender:
             self._metrics.webhook_deliveries.labels(state).inc()
         if state == "failed":
             log.warning("webhook %s failed after %d attempts", job.webhook_id, len(attempts))
+
+
+def unbuildable_error(failure: Exception) -> str:
+    """The error of an attempt whose request could not be built from the stored URL (one kept
+    from before today's checks at creation): recorded like any failed attempt, so the delivery
+    reaches ``failed`` after the maximum attempts instead of being leased again forever."""
+    return f"no request could be built for webhook.url: {type(failure).__name__}: {failure}"[:RESPONSE_EXCERPT]
 
 
 async def _excerpt(response: httpx.Response) -> str | None:
