@@ -1125,3 +1125,14 @@ def test_bodies_make_valid_stable_events(lines: list[Event]) -> None:
     # Every line but the stream events is in some stored event's source.
     kept = [raw for item in made for raw in item.event["source"]["events"]]
     assert all(any(raw is line for raw in kept) for line in lines if line["type"] != "stream_event")
+
+
+def test_a_backgrounded_subagent_that_printed_nothing_is_a_child_run_too() -> None:
+    """Its notification is the first sight of it: the child run is made then, with the summary."""
+    notification = system("task_notification", "tn", tool_use_id="call_a", status="completed", summary="Done.")
+    lines = [assistant("m1", agent_call("call_a")),
+             foreground("call_a", tool_result("call_a", "launched"), {"status": "async_launched"}), notification]
+    made, _ = run(lines)
+    child = [item for item in made if item.child == "call_a"]
+    assert types([item.event for item in child]) == [MESSAGE, END]
+    assert child[0].event["message"] == {"content": [text("Done.")]} and child[0].agent is not None

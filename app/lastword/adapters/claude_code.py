@@ -300,8 +300,9 @@ class ClaudeCodeAdapter(CliAdapter):
             self._agents[call_id] = agent if isinstance(agent, str) else None
         made.append(self.extension("system", event_id, line))
         # A foreground subagent prints its task_notification too, before the tool result that ends it.
-        if subtype == "task_notification" and call_id in self._background and call_id in self._contexts:
-            child = self._contexts[call_id]
+        # A backgrounded subagent that printed no line of its own is first seen here.
+        if subtype == "task_notification" and call_id in self._background:
+            child = self._context(call_id)
             if not child.ended:
                 made.extend(self._flush(child, next_reply=False))
                 if not child.substantive and isinstance(line.get("summary"), str) and line["summary"].strip():
