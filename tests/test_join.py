@@ -116,6 +116,26 @@ def test_the_clients_join(base_url: str) -> None:
     assert {c.runId for c in joined.children} == set(children) == {c.runId for c in joined_async.children}
 
 
+def test_the_clients_join_with_expect(base_url: str) -> None:
+    """Both clients' join(expect=N) is not done while fewer than N children exist, and done once they ended."""
+    import anyio
+
+    async def join_async(expect: int) -> Any:
+        async with AsyncLastwordClient(base_url) as client:
+            return await client.join("expecting", timeout=0, expect=expect)
+
+    with httpx.Client(base_url=base_url, timeout=60) as http, LastwordClient(base_url) as client:
+        http.post("/v1/runs", json={"runId": "expecting"}).raise_for_status()
+        assert client.join("expecting", timeout=0).done is True  # no children, no expect: done at once
+        assert client.join("expecting", timeout=0, expect=1).done is False
+        assert anyio.run(join_async, 1).done is False
+        http.post("/v1/runs", json={"runId": "expected", "parentRunId": "expecting"}).raise_for_status()
+        http.post("/v1/runs/expected/end", json={"stopReason": "end_turn"}).raise_for_status()
+        assert client.join("expecting", timeout=5, expect=1).done is True
+        assert anyio.run(join_async, 1).done is True
+        assert client.join("expecting", timeout=0, expect=2).done is False
+
+
 def gauge(http: httpx.Client, name: str) -> float:
     """The value of one of the server's gauges."""
     for family in text_string_to_metric_families(http.get("/metrics").text):
