@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from lastword.server import LastwordServer, uvicorn_config
@@ -28,6 +29,14 @@ def free_port() -> int:
 @contextmanager
 def threaded_server(settings: Settings, clock: Callable[[], float] = time.time) -> Iterator[str]:
     """Serve ``create_app(settings, clock=clock)`` with uvicorn on a free port; yields the base URL."""
+    with threaded_app_server(settings, clock) as (url, _app):
+        yield url
+
+
+@contextmanager
+def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.time) -> Iterator[tuple[str, Any]]:
+    """:func:`threaded_server`, yielding the app too (its ``state.service`` once started), for
+    tests that order an event inside the server with a hook."""
     port = free_port()
     config = uvicorn_config(settings, clock=clock, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=1)
@@ -40,7 +49,7 @@ def threaded_server(settings: Settings, clock: Callable[[], float] = time.time) 
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", config.app
     finally:
         server.should_exit = True
         thread.join(timeout=15)

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import socket
 import threading
+import time
 from typing import Any
 
 import httpx
+import psutil
+import pytest
 from lastword.client.core import AsyncLastwordClient, LastwordClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.servers import ServerProcess, threaded_app_server
+
+#: How often a race is tried; each trial has an explicit order or signal, none a sleep.
+TRIALS = 200
+#: A race's join asks to wait this long; one that missed the end answers only when it runs out.
+RACE_WAIT = 5
 
 STOP_REASONS = ["end_turn", "max_tokens", "cancelled", "refusal"]
 NORMALISED = {"end_turn": "completed", "max_tokens": "max_tokens", "cancelled": "cancelled", "refusal": "refusal"}
@@ -60,7 +73,7 @@ def test_any_answers_when_the_first_child_ends(base_url: str) -> None:
         joining = threading.Thread(target=lambda: answers.append(
             http.get("/v1/runs/lead/children", params={"wait": 60, "any": "true"}, timeout=90).json()))
         joining.start()
-        wait_for_parked(http, len(children))
+        wait_for_parked(http, 1)
         with httpx.Client(base_url=base_url, timeout=30) as other:
             other.post(f"/v1/runs/{children[2]}/end", json={"stopReason": "end_turn"}).raise_for_status()
         joining.join(90)
@@ -103,10 +116,202 @@ def test_the_clients_join(base_url: str) -> None:
     assert {c.runId for c in joined.children} == set(children) == {c.runId for c in joined_async.children}
 
 
-def wait_for_parked(http: httpx.Client, count: int) -> None:
-    """Return once the server holds ``count`` waiters on turn ends (its gauge; bounded)."""
-    for _ in range(3000):
-        if f"lastword_result_waiters {float(count)}" in http.get("/metrics").text:
-            return
+def test_the_clients_join_with_expect(base_url: str) -> None:
+    """Both clients' join(expect=N) is not done while fewer than N children exist, and done once they ended."""
+    import anyio
+
+    async def join_async(expect: int) -> Any:
+        async with AsyncLastwordClient(base_url) as client:
+            return await client.join("expecting", timeout=0, expect=expect)
+
+    with httpx.Client(base_url=base_url, timeout=60) as http, LastwordClient(base_url) as client:
+        http.post("/v1/runs", json={"runId": "expecting"}).raise_for_status()
+        assert client.join("expecting", timeout=0).done is True  # no children, no expect: done at once
+        assert client.join("expecting", timeout=0, expect=1).done is False
+        assert anyio.run(join_async, 1).done is False
+        http.post("/v1/runs", json={"runId": "expected", "parentRunId": "expecting"}).raise_for_status()
+        http.post("/v1/runs/expected/end", json={"stopReason": "end_turn"}).raise_for_status()
+        assert client.join("expecting", timeout=5, expect=1).done is True
+        assert anyio.run(join_async, 1).done is True
+        assert client.join("expecting", timeout=0, expect=2).done is False
+
+
+def gauge(http: httpx.Client, name: str) -> float:
+    """The value of one of the server's gauges."""
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"no {name} gauge")
+
+
+def wait_for_parked(http: httpx.Client, count: int, within: float = 30.0) -> None:
+    """Return once the server holds ``count`` long polls parked until a turn ends (its gauge; bounded)."""
+    deadline = time.monotonic() + within
+    while (found := gauge(http, "lastword_result_waiters")) != count:
+        assert time.monotonic() < deadline, f"{found} parked waiters, expected {count}"
         threading.Event().wait(0.01)
-    raise AssertionError("the join never parked")
+
+
+def test_an_end_committed_while_the_join_reads_is_heard(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child ends right after the join's first read found it running (a hook in the store
+    orders it there), 200 times: every join hears that end and answers done at once."""
+    with threaded_app_server(make_settings()) as (url, app), httpx.Client(base_url=url, timeout=60) as http:
+        service = app.state.service
+        store = service._store
+        read_turn = store.turn_result
+        armed: set[str] = set()
+
+        async def read_then_end(run_id: str, turn: int | None) -> Any:
+            answer = await read_turn(run_id, turn)
+            if run_id in armed:
+                armed.discard(run_id)
+                await service.end(run_id, "completed", None)  # committed after the read, before any wait
+            return answer
+
+        monkeypatch.setattr(store, "turn_result", read_then_end)
+        for trial in range(TRIALS):
+            [child] = make_family(http, f"race-{trial}", 1)
+            armed.add(child)
+            started = time.monotonic()
+            joined = http.get(f"/v1/runs/race-{trial}/children", params={"wait": RACE_WAIT}).json()
+            # A join that missed the end answers only when its wait runs out (then it reads again).
+            assert time.monotonic() - started < RACE_WAIT, (trial, "the join waited out its whole wait")
+            assert joined["done"] is True, (trial, joined)
+            assert [c["status"] for c in joined["children"]] == ["ended"], (trial, joined)
+            assert not armed
+
+
+def test_a_join_racing_its_childs_end_hears_it(base_url: str) -> None:
+    """A join and its only child's end sent at the same moment, 200 times: the join always says done."""
+
+    async def trials() -> None:
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            for trial in range(TRIALS):
+                parent, child = f"racer-{trial}", f"racer-{trial}-kid"
+                (await http.post("/v1/runs", json={"runId": parent})).raise_for_status()
+                (await http.post("/v1/runs", json={"runId": child, "parentRunId": parent})).raise_for_status()
+                started = time.monotonic()
+                joined, ended = await asyncio.gather(
+                    http.get(f"/v1/runs/{parent}/children", params={"wait": RACE_WAIT}),
+                    http.post(f"/v1/runs/{child}/end", json={"stopReason": "end_turn"}),
+                )
+                ended.raise_for_status()
+                assert time.monotonic() - started < RACE_WAIT, (trial, "the join waited out its whole wait")
+                assert joined.json()["done"] is True, (trial, joined.json())
+
+    asyncio.run(trials())
+
+
+def test_expect_waits_for_children_that_register_after_the_join(base_url: str) -> None:
+    """?expect=3 joined before any child exists answers only once three children exist and all ended."""
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        http.post("/v1/runs", json={"runId": "early"}).raise_for_status()
+        assert http.get("/v1/runs/early/children", params={"expect": 3}).json() == {
+            "runId": "early", "done": False, "children": []}
+        answers: list[Any] = []
+        joining = threading.Thread(target=lambda: answers.append(
+            http.get("/v1/runs/early/children", params={"wait": 60, "expect": 3}, timeout=90).json()))
+        joining.start()
+        wait_for_parked(http, 1)
+        kids = [f"early-kid-{n}" for n in range(3)]
+        for kid in kids[:2]:
+            http.post("/v1/runs", json={"runId": kid, "parentRunId": "early"}).raise_for_status()
+            http.post(f"/v1/runs/{kid}/end", json={"stopReason": "end_turn"}).raise_for_status()
+        # Two of the three expected exist and ended: not done (the parked join has not answered).
+        assert http.get("/v1/runs/early/children", params={"expect": 3}).json()["done"] is False
+        assert not answers
+        http.post("/v1/runs", json={"runId": kids[2], "parentRunId": "early"}).raise_for_status()
+        assert http.get("/v1/runs/early/children", params={"expect": 3}).json()["done"] is False
+        assert not answers
+        http.post(f"/v1/runs/{kids[2]}/end", json={"stopReason": "refusal"}).raise_for_status()
+        joining.join(90)
+    [joined] = answers
+    assert joined["done"] is True
+    assert sorted(c["runId"] for c in joined["children"]) == kids
+    assert all(c["status"] == "ended" for c in joined["children"])
+
+
+def test_expect_with_any_waits_for_n_children_and_one_end(base_url: str) -> None:
+    """?expect=2&any=true: one child ended is not enough while only one exists; the second's arrival makes it done."""
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        http.post("/v1/runs", json={"runId": "anyparent"}).raise_for_status()
+        answers: list[Any] = []
+        params: dict[str, str | int] = {"wait": 60, "expect": 2, "any": "true"}
+        joining = threading.Thread(target=lambda: answers.append(
+            http.get("/v1/runs/anyparent/children", params=params, timeout=90).json()))
+        joining.start()
+        wait_for_parked(http, 1)
+        http.post("/v1/runs", json={"runId": "anykid-1", "parentRunId": "anyparent"}).raise_for_status()
+        http.post("/v1/runs/anykid-1/end", json={"stopReason": "end_turn"}).raise_for_status()
+        assert http.get("/v1/runs/anyparent/children", params={"expect": 2, "any": "true"}).json()["done"] is False
+        assert not answers
+        http.post("/v1/runs", json={"runId": "anykid-2", "parentRunId": "anyparent"}).raise_for_status()
+        joining.join(90)
+    [joined] = answers
+    assert joined["done"] is True
+    assert {c["runId"]: c["status"] for c in joined["children"]} == {"anykid-1": "ended", "anykid-2": "running"}
+
+
+def test_a_join_whose_client_leaves_stops_waiting(base_url: str) -> None:
+    """Joins asking to wait 300 s whose clients disconnect are released at once (the waiter gauge drops to 0)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        make_family(http, "left", 1)
+        sockets = []
+        for _ in range(20):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"GET /v1/runs/left/children?wait=300 HTTP/1.1\r\nhost: t\r\n\r\n")
+            sockets.append(sock)
+        wait_for_parked(http, 20)
+        for sock in sockets:
+            sock.close()
+        wait_for_parked(http, 0, within=20)  # far less than the 300 s they asked to wait
+        assert http.get("/v1/runs/left/children").json()["done"] is False
+
+
+#: Children ended in each half of the CPU comparison.
+CPU_CHILDREN = 400
+
+
+@pytest.mark.slow
+def test_a_parked_join_costs_the_server_at_most_twice_the_cpu(database_url: str, tmp_path: Any) -> None:
+    """400 children end one by one, with no join parked and then with one parked on their parent:
+    the server process spends at most twice the CPU seconds (per child end, not per child squared)."""
+    server = ServerProcess({"LASTWORD_DATABASE_URL": database_url}, tmp_path).start()
+    try:
+        process = psutil.Process(server.process.pid if server.process else 0)
+
+        def cpu_seconds() -> float:
+            times = process.cpu_times()
+            return float(times.user + times.system)
+
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            alone = make_family(http, "alone", CPU_CHILDREN)
+            watched = make_family(http, "watched", CPU_CHILDREN)
+            before = cpu_seconds()
+            for child in alone:
+                http.post(f"/v1/runs/{child}/end", json={"stopReason": "end_turn"}).raise_for_status()
+            without_join = cpu_seconds() - before
+
+            answers: list[Any] = []
+            joining = threading.Thread(target=lambda: answers.append(
+                http.get("/v1/runs/watched/children", params={"wait": 300}, timeout=330).json()))
+            before = cpu_seconds()  # the join's own first read and its answer count too
+            joining.start()
+            deadline = time.monotonic() + 30
+            while gauge(http, "lastword_result_waiters") < 1:  # it listens for the ends
+                assert time.monotonic() < deadline, "the join never parked"
+                threading.Event().wait(0.01)
+            with httpx.Client(base_url=server.url, timeout=60) as ender:
+                for child in watched:
+                    ender.post(f"/v1/runs/{child}/end", json={"stopReason": "end_turn"}).raise_for_status()
+            joining.join(330)
+            with_join = cpu_seconds() - before
+        [joined] = answers
+        assert joined["done"] is True and len(joined["children"]) == CPU_CHILDREN
+        print(f"server CPU for {CPU_CHILDREN} child ends: {without_join:.3f} s alone, {with_join:.3f} s with a "
+              f"join parked, ratio {with_join / without_join:.2f}")
+        assert with_join <= 2 * without_join, (with_join, without_join)
+    finally:
+        server.stop()

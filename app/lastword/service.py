@@ -11,11 +11,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from lastword.errors import Conflict, Draining, NotFound, NoticesUnavailable, TurnNotFound
+from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailable, TurnNotFound
 from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
@@ -46,6 +46,57 @@ RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
 #: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
 HISTORY_TYPES = frozenset(forks.HISTORY_TYPES)
+
+Answer = TypeVar("Answer")
+#: What a long poll's ``look`` is handed: the events heard since it last looked, or ``None`` when
+#: it must read everything (its first look, or after notices were missed).
+Heard = list[StoredEvent] | None
+
+
+class ChildTurns:
+    """What a join knows of a parent's children: each one's latest turn, and which have not ended.
+
+    Kept between wake-ups, so hearing one child's end costs one read of that child, however many
+    children there are.
+    """
+
+    def __init__(self) -> None:
+        self._turns: dict[str, TurnRecord] = {}  # in the order first seen: oldest child first
+        self._running: set[str] = set()
+
+    def put(self, record: TurnRecord) -> None:
+        self._turns[record.run_id] = record
+        if record.ended:
+            self._running.discard(record.run_id)
+        else:
+            self._running.add(record.run_id)
+
+    def forget(self, run_id: str) -> None:
+        """The child is gone (retention deleted it)."""
+        self._turns.pop(run_id, None)
+        self._running.discard(run_id)
+
+    def clear(self) -> None:
+        self._turns.clear()
+        self._running.clear()
+
+    @property
+    def running(self) -> list[str]:
+        return [run_id for run_id in self._turns if run_id in self._running]
+
+    def done(self, *, any_child: bool, expect: int) -> bool:
+        """At least ``expect`` children, and all of them (``any_child``: one) ended.
+
+        With no children and no ``expect``, "all ended" holds at once and "one ended" never does.
+        """
+        count = len(self._turns)
+        if count < expect:
+            return False
+        return len(self._running) < count if any_child else not self._running
+
+    def newest_first(self) -> list[TurnRecord]:
+        """The turns, newest child first (the order of ``GET /v1/runs``)."""
+        return list(reversed(self._turns.values()))
 
 
 class RunService:
@@ -298,6 +349,41 @@ class RunService:
                 self.metrics.turns_ended.labels(event.body["stopReason"]).inc()
         return run
 
+    async def long_poll(
+        self, wait: float, look: Callable[[Heard], Awaitable[tuple[Answer, bool]]], *,
+        run_id: str | None = None, parent_run_id: str | None = None,
+    ) -> Answer:
+        """Register, read, wait: the one way a request waits for turn ends (result, tool result,
+        the MCP wait, join). Returns the answer of ``look``'s last call.
+
+        ``look`` reads what its caller needs and returns ``(answer, done)``. It is first called
+        with ``None`` (read everything), then with the events heard since it last looked:
+        ``run_id``'s turn ends and closes, and every lifecycle event of ``parent_run_id``'s
+        children. The waiter is in the hub before the first read, so an end that commits while
+        ``look`` reads is heard and looked at next; it cannot slip between the read and the
+        wait. It stops when ``look`` says done, when ``wait`` runs out (after one more look),
+        and when the service shuts down; a caller whose client leaves cancels it.
+        """
+        if wait <= 0:
+            return (await look(None))[0]
+        deadline = time.monotonic() + wait
+        waiter = self._hub.listen(run_id=run_id, parent_run_id=parent_run_id)
+        try:
+            answer, done = await look(None)
+            while not done:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._hub.draining:
+                    break
+                self._hub.parked_waiters += 1
+                try:
+                    heard = await waiter.next(remaining)
+                finally:
+                    self._hub.parked_waiters -= 1
+                answer, done = await look(heard)
+            return answer
+        finally:
+            self._hub.unlisten(waiter)
+
     async def result(self, run_id: str, turn: int | None, wait: float) -> tuple[RunRecord, TurnRecord]:
         """The run and the turn's result, waiting up to ``wait`` seconds for the turn to end.
 
@@ -305,65 +391,50 @@ class RunService:
         when that turn ends and the next starts at once, the answer is the ended turn's, not
         the new one's (which would have the reader wait on, or report, a turn it never asked for).
         """
-        deadline = time.monotonic() + wait
-        signal = self._hub.turn_end_signal(run_id) if wait > 0 else None
-        try:
-            while True:
-                # Cleared before the read: an end published while the read runs stays set.
-                if signal is not None:
-                    signal.clear()
-                run, record = await self._store.turn_result(run_id, turn)
-                turn = record.turn
-                remaining = deadline - time.monotonic()
-                if record.ended or signal is None or remaining <= 0 or self._hub.draining:
-                    return run, record
-                self._hub.parked_waiters += 1
-                try:
-                    await asyncio.wait_for(signal.wait(), remaining)
-                except TimeoutError:
-                    pass
-                finally:
-                    self._hub.parked_waiters -= 1
-        finally:
-            if signal is not None:
-                self._hub.release(run_id, signal)
 
-    async def join(self, run_id: str, wait: float, *, any_child: bool) -> tuple[bool, list[TurnRecord]]:
+        async def look(_heard: Heard) -> tuple[tuple[RunRecord, TurnRecord], bool]:
+            nonlocal turn
+            run, record = await self._store.turn_result(run_id, turn)
+            turn = record.turn
+            return (run, record), record.ended
+
+        return await self.long_poll(wait, look, run_id=run_id)
+
+    async def join(
+        self, run_id: str, wait: float, *, any_child: bool, expect: int = 0
+    ) -> tuple[bool, list[TurnRecord]]:
         """The current turn of every child of ``run_id``, waiting up to ``wait`` seconds until
-        all of them (``any_child``: one of them) have ended; whether that happened, and the turns.
+        at least ``expect`` children exist and all of them (``any_child``: one of them) have
+        ended; whether that happened, and the turns (newest child first).
 
-        The children are those that exist when it looks (it looks again after every end it
-        hears). With no children, "all ended" holds at once and "one ended" never does.
+        It reads every child once, then only the child an event it hears is about (a child
+        created, a turn started, ended or closed): the cost of one end does not grow with the
+        number of children.
         """
-        deadline = time.monotonic() + wait
-        signal = asyncio.Event()
-        watched: set[str] = set()
-        ended: dict[str, TurnRecord] = {}
-        try:
-            while True:
-                signal.clear()
-                turns: list[TurnRecord] = []
-                for child in await self._children(run_id):
-                    record = ended.get(child.run_id)
-                    if record is None or record.turn != child.turn:
-                        record = (await self._store.turn_result(child.run_id, None))[1]
-                    if record.ended:
-                        ended[child.run_id] = record
-                    elif wait > 0 and child.run_id not in watched:
-                        self._hub.turn_end_signal(child.run_id, signal)
-                        watched.add(child.run_id)
-                    turns.append(record)
-                done = any(t.ended for t in turns) if any_child else all(t.ended for t in turns)
-                remaining = deadline - time.monotonic()
-                if done or remaining <= 0 or self._hub.draining:
-                    return done, turns
-                try:
-                    await asyncio.wait_for(signal.wait(), remaining)
-                except TimeoutError:
-                    pass
-        finally:
-            for child_id in watched:
-                self._hub.release(child_id, signal)
+        children = ChildTurns()
+
+        async def read(child_id: str) -> None:
+            try:
+                children.put((await self._store.turn_result(child_id, None))[1])
+            except (NotFound, Gone):
+                children.forget(child_id)  # deleted since it was listed
+
+        async def look(heard: Heard) -> tuple[None, bool]:
+            if heard is None:
+                children.clear()
+                for child in reversed(await self._children(run_id)):
+                    await read(child.run_id)
+            else:
+                for child_id in dict.fromkeys(event.run_id for event in heard):
+                    await read(child_id)
+            return None, children.done(any_child=any_child, expect=expect)
+
+        await self.long_poll(wait, look, parent_run_id=run_id)
+        if wait > 0:
+            # The running children's output as it stands now, not as it stood when first read.
+            for child_id in children.running:
+                await read(child_id)
+        return children.done(any_child=any_child, expect=expect), children.newest_first()
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
         return await self._store.deliveries(run_id)

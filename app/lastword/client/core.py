@@ -300,9 +300,11 @@ class _Core:
         return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult), content=body,
                      headers={"content-type": "application/x-ndjson"})
 
-    def join(self, run_id: str, wait: float, any_child: bool) -> _Call[ChildrenJoin]:
-        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin),
-                     params={"wait": wait, "any": "true" if any_child else "false"},
+    def join(self, run_id: str, wait: float, any_child: bool, expect: int) -> _Call[ChildrenJoin]:
+        params: dict[str, float | int | str] = {"wait": wait, "any": "true" if any_child else "false"}
+        if expect:
+            params["expect"] = expect
+        return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin), params=params,
                      timeout=self.long_poll_timeout(wait))
 
     @staticmethod
@@ -362,16 +364,17 @@ class _Join:
     """The long poll of ``join``: one request after another until the children are done or the
     caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
 
-    def __init__(self, core: _Core, run_id: str, timeout: float, any_child: bool) -> None:
+    def __init__(self, core: _Core, run_id: str, timeout: float, any_child: bool, expect: int) -> None:
         self._core = core
         self._run_id = run_id
         self._deadline = time.monotonic() + timeout
         self._any_child = any_child
+        self._expect = expect
         self._wait = 0.0
 
     def next_call(self) -> _Call[ChildrenJoin]:
         self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
-        return self._core.join(self._run_id, self._wait, self._any_child)
+        return self._core.join(self._run_id, self._wait, self._any_child, self._expect)
 
     def finished(self, joined: ChildrenJoin) -> bool:
         return joined.done or self._wait <= 0
@@ -604,10 +607,12 @@ class LastwordClient:
             if wait.finished(result):
                 return result
 
-    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+    def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False, expect: int = 0) -> ChildrenJoin:
         """Every child's current turn once all have ended (``any_child``: the first), or as they
-        stand when ``timeout`` runs out; ``done`` says which."""
-        join = _Join(self._core, run_id, timeout, any_child)
+        stand when ``timeout`` runs out; ``done`` says which. With ``expect``, not done before at
+        least that many children exist (join before the children register); without it, a run
+        with no children is done at once."""
+        join = _Join(self._core, run_id, timeout, any_child, expect)
         while True:
             joined = self._send(join.next_call())
             if join.finished(joined):
@@ -785,9 +790,11 @@ class AsyncLastwordClient:
             if wait.finished(result):
                 return result
 
-    async def join(self, run_id: str, *, timeout: float = 300.0, any_child: bool = False) -> ChildrenJoin:
+    async def join(
+        self, run_id: str, *, timeout: float = 300.0, any_child: bool = False, expect: int = 0
+    ) -> ChildrenJoin:
         """As :meth:`LastwordClient.join`."""
-        join = _Join(self._core, run_id, timeout, any_child)
+        join = _Join(self._core, run_id, timeout, any_child, expect)
         while True:
             joined = await self._send(join.next_call())
             if join.finished(joined):

@@ -139,12 +139,64 @@ class Subscription:
             self._timer = None
 
 
+class Waiter:
+    """A long poll's ear in the hub: the ends it heard since it last looked, kept in order.
+
+    A waiter is registered before its poll first reads (:meth:`RunService.long_poll`): what
+    commits while the read runs is heard here and looked at next, so no end slips between the
+    read and the wait. It keeps the events, not just "something happened", so a join can read
+    only the child that ended instead of every child again.
+    """
+
+    __slots__ = ("run_id", "parent_run_id", "_heard", "_stale", "_woken")
+
+    def __init__(self, run_id: str | None, parent_run_id: str | None) -> None:
+        #: Hears every turn end (and close) of this run.
+        self.run_id = run_id
+        #: Hears every lifecycle event (start, end, close) of the runs naming this one as parent.
+        self.parent_run_id = parent_run_id
+        self._heard: list[StoredEvent] = []
+        self._stale = False
+        self._woken = asyncio.Event()
+
+    def hear(self, event: StoredEvent) -> None:
+        if not self._stale:
+            self._heard.append(event)
+        self._woken.set()
+
+    def lost(self) -> None:
+        """Events may have gone unheard (missed notices): the poll must look at everything again."""
+        self._stale = True
+        self._heard.clear()
+        self._woken.set()
+
+    def wake(self) -> None:
+        """Wake the poll with nothing heard (shutdown: it answers as things stand)."""
+        self._woken.set()
+
+    async def next(self, timeout: float) -> list[StoredEvent] | None:
+        """What was heard since the last call, waiting up to ``timeout`` seconds for something
+        when nothing was; ``None`` when the poll must look at everything again."""
+        if not (self._heard or self._stale):
+            self._woken.clear()
+            try:
+                await asyncio.wait_for(self._woken.wait(), timeout)
+            except TimeoutError:
+                pass
+        if self._stale:
+            self._stale = False
+            return None
+        heard, self._heard = self._heard, []
+        return heard
+
+
 class Hub:
     def __init__(self, buffer: int = 1000) -> None:
         self.buffer = buffer
         self._runs: dict[str, set[Subscription]] = defaultdict(set)
         self._feeds: set[Subscription] = set()
-        self._turn_ends: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._turn_ends: dict[str, set[Waiter]] = defaultdict(set)
+        self._children_of: dict[str, set[Waiter]] = defaultdict(set)
         #: Set when the service shuts down: streams say "reconnect" and long polls answer now.
         self.draining = False
         #: Long polls parked now, waiting for a turn end (they have read their turn: not ended).
@@ -161,6 +213,11 @@ class Hub:
     @property
     def has_feed_subscribers(self) -> bool:
         return bool(self._feeds)
+
+    @property
+    def has_child_waiters(self) -> bool:
+        """Whether a join waits here on some parent's children (it hears their lifecycle events)."""
+        return bool(self._children_of)
 
     def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
         subscription = self._ended_if_draining(Subscription(self.buffer, types))
@@ -199,43 +256,56 @@ class Hub:
                         subscription.offer(event)
             if event.type in (SUBAGENT_END, RUN_CLOSED):
                 for waiter in self._turn_ends.get(event.run_id, ()):
-                    waiter.set()
+                    waiter.hear(event)
+            if event.feed_id is not None and event.parent_run_id is not None:
+                for waiter in self._children_of.get(event.parent_run_id, ()):
+                    waiter.hear(event)
 
     def resync(self) -> None:
         """Live events may have been lost (missed notices): every subscriber re-reads the log,
         and every waiter re-reads its result."""
         for subscription in (*self._feeds, *(s for subs in self._runs.values() for s in subs)):
             subscription.resync()
-        for waiters in self._turn_ends.values():
-            for waiter in waiters:
-                waiter.set()
+        for waiter in self._waiters():
+            waiter.lost()
 
     def drain(self) -> None:
         """Shutting down: every subscriber tells its client to reconnect, every waiter answers."""
         self.draining = True
         for subscription in (*self._feeds, *(s for subs in self._runs.values() for s in subs)):
             subscription.end("shutdown")
-        for waiters in self._turn_ends.values():
-            for waiter in waiters:
-                waiter.set()
+        for waiter in self._waiters():
+            waiter.wake()
+
+    def _waiters(self) -> list[Waiter]:
+        return [w for by_run in (self._turn_ends, self._children_of) for ws in by_run.values() for w in ws]
 
     @property
     def result_waiters(self) -> int:
-        """How many readers are parked until a turn ends."""
-        return sum(len(waiters) for waiters in self._turn_ends.values())
+        """How many long polls are registered to hear turn ends."""
+        return sum(len(waiters) for waiters in self._turn_ends.values()) + sum(
+            len(waiters) for waiters in self._children_of.values())
 
-    def turn_end_signal(self, run_id: str, signal: asyncio.Event | None = None) -> asyncio.Event:
-        """An event set when any turn of the run ends; call :meth:`release` when done.
+    def listen(self, *, run_id: str | None = None, parent_run_id: str | None = None) -> Waiter:
+        """A waiter hearing ``run_id``'s turn ends, or the lifecycle events of ``parent_run_id``'s
+        children; call :meth:`unlisten` when done."""
+        waiter = Waiter(run_id, parent_run_id)
+        if run_id is not None:
+            self._turn_ends[run_id].add(waiter)
+        if parent_run_id is not None:
+            self._children_of[parent_run_id].add(waiter)
+        return waiter
 
-        Passing ``signal`` adds the same event to another run, so one waiter hears many runs.
-        """
-        signal = signal or asyncio.Event()
-        self._turn_ends[run_id].add(signal)
-        return signal
+    def unlisten(self, waiter: Waiter) -> None:
+        if waiter.run_id is not None:
+            self._forget(self._turn_ends, waiter.run_id, waiter)
+        if waiter.parent_run_id is not None:
+            self._forget(self._children_of, waiter.parent_run_id, waiter)
 
-    def release(self, run_id: str, signal: asyncio.Event) -> None:
-        waiters = self._turn_ends.get(run_id)
+    @staticmethod
+    def _forget(by_run: dict[str, set[Waiter]], run_id: str, waiter: Waiter) -> None:
+        waiters = by_run.get(run_id)
         if waiters is not None:
-            waiters.discard(signal)
+            waiters.discard(waiter)
             if not waiters:
-                del self._turn_ends[run_id]
+                del by_run[run_id]

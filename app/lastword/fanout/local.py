@@ -85,10 +85,12 @@ class NoticeFanout(Fanout):
         """Publish what a batch of commit notices (from any replica, this one too) committed.
 
         The events are read from the log, and only for what someone here follows: a run with a
-        subscriber or a ``?wait=`` waiter, or the firehose when it has subscribers.
+        subscriber or a ``?wait=`` waiter, or the firehose when it has subscribers or a join waits.
         """
         hub = self.hub
-        feed_ids = [n.feed_id for n in notices if n.feed_id is not None] if hub.has_feed_subscribers else []
+        # A join hears its parent's children by their lifecycle events, which the feed holds.
+        wants_feed = hub.has_feed_subscribers or hub.has_child_waiters
+        feed_ids = [n.feed_id for n in notices if n.feed_id is not None] if wants_feed else []
         spans: dict[str, list[tuple[int, int, int]]] = {}  # run → (first seq, last seq, notice index)
         for index, notice in enumerate(notices):
             if hub.watches(notice.run_id):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -53,6 +53,8 @@ from lastword.service import RunService
 from lastword.settings import Settings
 
 router = APIRouter(prefix="/v1")
+
+T = TypeVar("T")
 
 PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
 
@@ -380,17 +382,13 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _long_poll(request: Request, run_id: str, turn: int | None, wait: float) -> TurnRecord | None:
-    """The turn's result after up to ``wait`` seconds; None when the client left first.
+async def _unless_client_leaves(request: Request, waiting: Awaitable[T]) -> T | None:
+    """What ``waiting`` returns; None when the client left first (it is then cancelled).
 
-    A poll whose client disconnects is released at once: otherwise every dropped poll would
-    hold its waiter, task and memory until its ``wait`` ran out.
+    A long poll whose client disconnects is released at once: otherwise every dropped poll
+    would hold its waiter, task and memory until its ``wait`` ran out.
     """
-    service = service_of(request)
-    if wait <= 0:
-        return (await service.result(run_id, turn, 0))[1]
-    service.refuse_if_draining()  # 503: the client waits on another replica instead
-    poll = asyncio.ensure_future(service.result(run_id, turn, wait))
+    poll = asyncio.ensure_future(waiting)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait((poll, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -401,7 +399,17 @@ async def _long_poll(request: Request, run_id: str, turn: int | None, wait: floa
         await asyncio.gather(poll, gone, return_exceptions=True)
     if poll.cancelled():
         return None
-    return poll.result()[1]  # raises what the poll raised (404, 410, …)
+    return poll.result()  # raises what the poll raised (404, 410, …)
+
+
+async def _long_poll(request: Request, run_id: str, turn: int | None, wait: float) -> TurnRecord | None:
+    """The turn's result after up to ``wait`` seconds; None when the client left first."""
+    service = service_of(request)
+    if wait <= 0:
+        return (await service.result(run_id, turn, 0))[1]
+    service.refuse_if_draining()  # 503: the client waits on another replica instead
+    answer = await _unless_client_leaves(request, service.result(run_id, turn, wait))
+    return None if answer is None else answer[1]
 
 
 #: The status logged for a long poll whose client had gone (nginx's); nobody reads the answer.
@@ -492,11 +500,21 @@ async def join_children(
     runId: str,
     wait: WaitQuery = 0,
     any: Annotated[bool, Query(description="Answer as soon as one child's turn has ended.")] = False,  # noqa: A002
-) -> dict[str, Any]:
-    """Join: each child's current turn, once every one has ended (``?any=true``: the first) or
-    the wait runs out; ``done`` says which. The children are the runs naming ``runId`` as parent."""
+    expect: Annotated[int, Query(
+        ge=0, le=MAX_INT64,
+        description="Not done before at least this many children exist (a parent may join before its "
+                    "children register). Without it, a run with no children is done at once."),
+        DecimalDigits] = 0,
+) -> Any:
+    """Join: each child's current turn, once at least ``expect`` children exist and every one has
+    ended (``?any=true``: the first) or the wait runs out; ``done`` says which. The children are
+    the runs naming ``runId`` as parent."""
     wait = min(wait, settings_of(request).max_wait_seconds)
     if wait > 0:
-        service_of(request).refuse_if_draining()
-    done, turns = await service_of(request).join(runId, wait, any_child=any)
+        service_of(request).refuse_if_draining()  # 503: the client waits on another replica instead
+    joining = service_of(request).join(runId, wait, any_child=any, expect=expect)
+    joined = await joining if wait <= 0 else await _unless_client_leaves(request, joining)
+    if joined is None:
+        return Response(status_code=CLIENT_GONE)
+    done, turns = joined
     return {"runId": runId, "done": done, "children": [result_view(turn) for turn in turns]}
