@@ -202,10 +202,6 @@ class Hub:
         #: Long polls parked now, waiting for a turn end (they have read their turn: not ended).
         self.parked_waiters = 0
 
-    @property
-    def subscriber_count(self) -> int:
-        return sum(len(subs) for subs in self._runs.values()) + len(self._feeds)
-
     def watches(self, run_id: str) -> bool:
         """Whether anyone here waits on this run (so a remote notice is worth a read)."""
         return bool(self._runs.get(run_id) or self._turn_ends.get(run_id))

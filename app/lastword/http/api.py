@@ -81,7 +81,6 @@ def settings_of(request: Request) -> Settings:
 DEFAULT_RUNS_PAGE = 50
 DEFAULT_EVENTS_PAGE = 100
 
-RunIdPath = Annotated[str, "runId"]
 TurnQuery = Annotated[
     int | None, Query(ge=1, le=MAX_INT64, description="A turn number (default: the latest)."), DecimalDigits
 ]

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
-_RUN_ID = re.compile(RUN_ID_PATTERN)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _last_id = 0
 _last_id_lock = threading.Lock()
-
-
-def is_valid_run_id(value: str) -> bool:
-    return _RUN_ID.match(value) is not None
 
 
 def new_run_id(now: float | None = None) -> str:

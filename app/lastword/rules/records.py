@@ -14,8 +14,6 @@ from lastword.rules.stop_reasons import StopReason
 
 RunStatus = Literal["running", "idle", "ended"]
 RunMode = Literal["oneshot", "continuable"]
-RUN_STATUSES: tuple[RunStatus, ...] = ("running", "idle", "ended")
-RUN_MODES: tuple[RunMode, ...] = ("oneshot", "continuable")
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
