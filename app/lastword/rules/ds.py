@@ -3,8 +3,11 @@ idempotent producers, expiry, cursors and ETags.
 
 A stream here is a list of entries numbered from 1: one per append in a byte stream, one per
 message in a JSON stream (a POSTed array is flattened one level, so each element is an entry).
-An offset is the number of entries before it, written as 20 decimal digits: fixed width makes the
-protocol's lexicographic order the numeric one, and ``-1`` and ``now`` can never be one. Reading
+An offset is the number of entries before it, written ``0000000000000000_NNNNNNNNNNNNNNNN``
+(16 zeros, then the count in 16 digits): the shape the protocol's reference server uses and its
+conformance suite writes by hand for "the start", fixed width so that the protocol's
+lexicographic order is the numeric one, and never ``-1`` or ``now``. The first field is always
+zero here; an offset with anything else there is not ours (400). Reading
 from offset ``n`` answers the entries after ``n``.
 
 Each decision is a function of the stream's state and the request, answering what to do or
@@ -23,8 +26,8 @@ from typing import Literal
 
 from lastword.errors import DsRefusal
 
-#: Offsets are this many decimal digits.
-OFFSET_DIGITS = 20
+#: An offset's count is this many decimal digits, after the zero field.
+OFFSET_DIGITS = 16
 START = "-1"
 NOW = "now"
 #: JavaScript's largest safe integer: the protocol's bound on producer epochs and seqs.
@@ -34,12 +37,18 @@ CURSOR_INTERVAL = 20
 CURSOR_EPOCH = 1728432000
 
 _DIGITS = re.compile(r"0|[1-9][0-9]*")
-_OFFSET = re.compile(rf"[0-9]{{{OFFSET_DIGITS}}}")
+_OFFSET = re.compile(rf"0{{{OFFSET_DIGITS}}}_([0-9]{{{OFFSET_DIGITS}}})")
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 
 def offset(position: int) -> str:
-    return str(position).zfill(OFFSET_DIGITS)
+    return "0" * OFFSET_DIGITS + "_" + str(position).zfill(OFFSET_DIGITS)
+
+
+def position_of(text: str) -> int | None:
+    """The position an offset of ours names; None for any other text."""
+    match = _OFFSET.fullmatch(text)
+    return None if match is None else int(match.group(1))
 
 
 def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
@@ -51,9 +60,9 @@ def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
         return 0
     if text == NOW:
         return "now"
-    if not _OFFSET.fullmatch(text):
+    position = position_of(text)
+    if position is None:
         raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
-    position = int(text)
     if position > tail:
         raise DsRefusal(status=400, detail=f"offset {text!r} is past the stream's tail")
     return position

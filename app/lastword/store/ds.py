@@ -203,9 +203,9 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
 def _fork_offset(text: str, tail: int) -> int:
     if text == ds.START:
         return 0
-    if not ds._OFFSET.fullmatch(text):
+    position = ds.position_of(text)
+    if position is None:
         raise DsRefusal(status=400, detail=f"Stream-Fork-Offset {text!r} is not one this server hands out")
-    position = int(text)
     if position > tail:
         raise DsRefusal(status=400, detail=f"Stream-Fork-Offset {text!r} is past the source's tail")
     return position
@@ -275,7 +275,7 @@ def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
         state.closed_by = producer.key() if producer is not None else None
     tx.run("UPDATE ds_streams SET tail = ?, touched_at = ?, closed = ?, closed_by = ?, stream_seq = ? WHERE path = ?",
            (state.tail, now, int(state.closed), state.closed_by, state.stream_seq, state.path))
-    return Outcome(state, 200 if producer is not None else 204, echo)
+    return Outcome(state, 200 if producer is not None and entries else 204, echo)
 
 
 def delete(tx: Tx, path: str, now: float, lock: str) -> None:
