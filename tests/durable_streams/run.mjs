@@ -5,8 +5,8 @@
 //   node run.mjs http://127.0.0.1:8000/ds      the server at that base URL
 //   node run.mjs --reference                   the Node reference server, started here
 //
-// It prints one line `passed=N failed=N skipped=N total=N`, the failed cases' names after it
-// (one per line, prefixed `FAIL `), and exits 0 whether or not cases failed: the caller judges
+// It prints one line `passed=N failed=N skipped=N total=N`, the failed cases after it (one per
+// line, `FAIL name :: first line of the error`), and exits 0 whether or not cases failed: the caller judges
 // the counts (tests/test_durable_streams.py). It exits 2 when the suite could not run.
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
@@ -55,7 +55,8 @@ for (const module of vitest.state.getTestModules()) {
     if (state === "passed") counts.passed += 1
     else if (state === "failed") {
       counts.failed += 1
-      failed.push(test.fullName)
+      const why = (test.result().errors ?? []).map((error) => error.message).join("; ")
+      failed.push(`${test.fullName} :: ${why.split("\n")[0]}`)
     } else counts.skipped += 1
   }
 }

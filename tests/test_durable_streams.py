@@ -1,0 +1,92 @@
+"""The Durable Streams face (SPEC §17) held to that protocol's own conformance suite.
+
+The suite (npm ``@durable-streams/server-conformance-tests``, pinned in
+``tests/durable_streams/package.json``) runs against a real ``lastword serve`` on SQLite and on
+PostgreSQL through ``tests/durable_streams/run.mjs``; the number of cases passed must not fall
+below ``tests/durable_streams/floor.json``. Without ``node_modules`` there (``npm ci`` in that
+folder) the suite is skipped, unless ``LASTWORD_REQUIRE_DS=1`` (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import ServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "tests" / "durable_streams"
+FLOOR = json.loads((SUITE / "floor.json").read_text())["passed"]
+REQUIRED = os.environ.get("LASTWORD_REQUIRE_DS") == "1"
+COUNTS = re.compile(r"^passed=(\d+) failed=(\d+) skipped=(\d+) total=(\d+)$", re.MULTILINE)
+
+pytestmark = pytest.mark.slow
+
+
+def suite_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (SUITE / "node_modules" / "@durable-streams" / "server-conformance-tests").is_dir():
+        return f"the conformance suite is not installed (cd {SUITE.relative_to(ROOT)} && npm ci)"
+    return None
+
+
+def require_suite() -> None:
+    reason = suite_missing()
+    if reason is None:
+        return
+    if REQUIRED:
+        pytest.fail(reason + "; LASTWORD_REQUIRE_DS=1 makes this a failure", pytrace=False)
+    pytest.skip(reason)
+
+
+def serve(database_url: str, tmp_path: Path) -> ServerProcess:
+    # A long poll that times out answers after 3 s (the protocol leaves the timeout to the
+    # server); the suite waits out several, and 20 s each would only make it slower.
+    return ServerProcess({"LASTWORD_DATABASE_URL": database_url, "LASTWORD_DS_LONG_POLL_SECONDS": "3",
+                          "LASTWORD_LOG_LEVEL": "warning"}, tmp_path)
+
+
+def test_the_conformance_suite_passes_at_least_the_recorded_floor(database_url: str, tmp_path: Path) -> None:
+    """The protocol's own suite, run against a real server, passes no fewer cases than recorded."""
+    require_suite()
+    with contextlib.closing(serve(database_url, tmp_path).start()) as server:
+        run = subprocess.run(["node", "run.mjs", f"{server.url}/ds"], cwd=SUITE, capture_output=True,
+                             text=True, timeout=900)
+    counts = COUNTS.search(run.stdout)
+    assert run.returncode == 0 and counts is not None, run.stdout[-4000:] + run.stderr[-4000:]
+    passed, failed, skipped, total = (int(n) for n in counts.groups())
+    failures = "\n".join(line for line in run.stdout.splitlines() if line.startswith("FAIL "))
+    print(f"Durable Streams conformance: passed={passed} failed={failed} skipped={skipped} total={total}")
+    assert passed >= FLOOR, f"{passed} cases passed, fewer than the {FLOOR} recorded:\n{failures}"
+
+
+def test_appended_entries_survive_kill_9_and_a_restart(database_url: str, tmp_path: Path) -> None:
+    """Every acknowledged append and the stream's closure are there after kill -9 and a restart."""
+    server = serve(database_url, tmp_path).start()
+    try:
+        url = f"{server.url}/ds/crash/one"
+        assert httpx.put(url, headers={"Content-Type": "application/json"}).status_code == 201
+        for number in range(50):
+            answer = httpx.post(url, json={"n": number}, headers={"Producer-Id": "p", "Producer-Epoch": "0",
+                                                                   "Producer-Seq": str(number)})
+            assert answer.status_code == 200
+        assert httpx.post(url, headers={"Stream-Closed": "true"}).status_code == 204
+        server.kill()
+        server.start()
+        read = httpx.get(url, params={"offset": "-1"})
+        assert read.status_code == 200 and read.headers["Stream-Closed"] == "true"
+        assert read.json() == [{"n": number} for number in range(50)]
+        again = httpx.post(url, json={"n": 49}, headers={"Producer-Id": "p", "Producer-Epoch": "0",
+                                                         "Producer-Seq": "49"})
+        assert again.status_code == 409 and again.headers["Stream-Closed"] == "true"
+    finally:
+        server.stop()
