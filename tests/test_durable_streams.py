@@ -20,7 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import ServerProcess
+from lastword.settings import Settings
+
+from tests.servers import ServerProcess, threaded_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "tests" / "durable_streams"
@@ -90,3 +92,24 @@ def test_appended_entries_survive_kill_9_and_a_restart(database_url: str, tmp_pa
         assert again.status_code == 409 and again.headers["Stream-Closed"] == "true"
     finally:
         server.stop()
+
+
+def test_tokens_apply_to_streams_as_to_runs(tmp_path: Path) -> None:
+    """Writing a stream needs the ingest token (none 401, the read token 403); reading takes either."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", ingest_token="in-secret",
+                        read_token="read-secret")
+    ingest = {"Authorization": "Bearer in-secret"}
+    read = {"Authorization": "Bearer read-secret"}
+    with threaded_server(settings) as base:
+        url = f"{base}/ds/guarded"
+        assert httpx.put(url, headers={"Content-Type": "text/plain"}).status_code == 401
+        assert httpx.put(url, headers={"Content-Type": "text/plain", **read}).status_code == 403
+        assert httpx.put(url, headers={"Content-Type": "text/plain", **ingest}).status_code == 201
+        assert httpx.post(url, content=b"hi", headers={"Content-Type": "text/plain", **read}).status_code == 403
+        assert httpx.post(url, content=b"hi", headers={"Content-Type": "text/plain", **ingest}).status_code == 204
+        assert httpx.get(url).status_code == 401
+        assert httpx.head(url).status_code == 401
+        assert httpx.get(url, headers=read).text == "hi"
+        assert httpx.get(url, headers=ingest).text == "hi"
+        assert httpx.delete(url, headers=read).status_code == 403
+        assert httpx.delete(url, headers=ingest).status_code == 204
