@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -113,3 +115,33 @@ def test_tokens_apply_to_streams_as_to_runs(tmp_path: Path) -> None:
         assert httpx.get(url, headers=ingest).text == "hi"
         assert httpx.delete(url, headers=read).status_code == 403
         assert httpx.delete(url, headers=ingest).status_code == 204
+
+
+def test_a_run_reads_as_a_json_stream_of_its_events_and_closes_when_it_ends(tmp_path: Path) -> None:
+    """/ds/runs/{runId}: catch-up, a long poll woken by an append, and SSE up to the closing control."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}")
+    with threaded_server(settings) as base, httpx.Client(base_url=base, timeout=30) as api:
+        assert api.post("/v1/runs", json={"runId": "child-1"}).status_code == 201
+        url = "/ds/runs/child-1"
+        first = api.get(url, params={"offset": "-1"})
+        assert first.status_code == 200 and first.headers["Content-Type"] == "application/json"
+        assert [event["type"] for event in first.json()] == ["subagent/start"]
+        assert first.headers["Stream-Up-To-Date"] == "true" and "Stream-Closed" not in first.headers
+        tail = first.headers["Stream-Next-Offset"]
+        with ThreadPoolExecutor(1) as pool:
+            polled = pool.submit(api.get, url, params={"offset": tail, "live": "long-poll"})
+            time.sleep(0.3)
+            posted = api.post("/v1/runs/child-1/events", json={
+                "type": "assistant/message", "eventId": "m1", "message": {"content": [{"type": "text", "text": "done"}]}})
+            assert posted.status_code == 200, posted.text
+            answer = polled.result(timeout=20)
+        assert answer.status_code == 200
+        assert [event["type"] for event in answer.json()] == ["assistant/message"]
+        assert api.post("/v1/runs/child-1/end", json={"stopReason": "end_turn"}).status_code == 200
+        with api.stream("GET", url, params={"offset": answer.headers["Stream-Next-Offset"], "live": "sse"}) as sse:
+            text = "".join(sse.iter_text())
+        controls = [json.loads(line[len("data:"):]) for block in text.split("\n\n") if "event: control" in block
+                    for line in block.splitlines() if line.startswith("data:")]
+        assert "subagent/end" in text and controls[-1]["streamClosed"] is True
+        assert api.post(url, json={"type": "assistant/message"}).status_code == 405
+        assert api.get("/ds/runs/no-such-run").status_code == 404

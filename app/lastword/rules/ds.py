@@ -306,15 +306,19 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Slice:
-    """What a read found: the stream, and its entries after the asked position (up to a size)."""
+    """What a read found: the stream, and its entries after the asked position (up to a size).
+
+    ``last`` is the position after the entries when it is not ``start + len(entries)`` (a
+    run's log read as a stream is numbered by ``seq``, which a fork's log starts past 1)."""
 
     state: StreamState
     start: int
     entries: list[bytes]
+    last: int | None = None
 
     @property
     def end(self) -> int:
-        return self.start + len(self.entries)
+        return self.last if self.last is not None else self.start + len(self.entries)
 
     @property
     def up_to_date(self) -> bool:
