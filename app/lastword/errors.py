@@ -292,6 +292,19 @@ class HttpError(LastwordError):
         return self._status
 
 
+class DsRefusal(HttpError):
+    """A refusal of the Durable Streams protocol (SPEC §17): its status, and the headers that
+    go with it (``Stream-Closed``, ``Producer-Expected-Seq``, …). The protocol's clients read the
+    status and headers, not a ``code``: one class serves all of its refusals."""
+
+    code, title = "durable_streams", "Refused by the Durable Streams protocol"
+
+    def __init__(self, detail: str, *, status: int = 400, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        super().__init__(detail, status=status, **extra)
+        self.headers = headers or {}
+
+
 # -- 500, 503 --------------------------------------------------------------------------
 
 

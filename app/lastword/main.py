@@ -41,6 +41,7 @@ from lastword.http.api import event_schema_components
 from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
+from lastword.http.ds import router as ds_router
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
@@ -193,6 +194,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     app.include_router(api_router)
     app.include_router(stream_router)
     app.include_router(dashboard_router)
+    app.include_router(ds_router)
     app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))

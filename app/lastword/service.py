@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 import orjson
 
+from lastword.ds_service import StreamService
 from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailable, TurnNotFound
 from lastword.fanout.hub import Hub, Subscription
-from lastword.fanout.local import Fanout
+from lastword.fanout.local import Fanout, LocalFanout
 from lastword.metrics import Metrics
 from lastword.rules.ids import new_run_id
 from lastword.rules.records import (
@@ -125,6 +126,10 @@ class RunService:
         self.webhook_allow_private = webhook_allow_private
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
         self.end_observers: list[Callable[[StoredEvent], None]] = []
+        #: The Durable Streams face's use cases (SPEC §17). With other replicas (no local
+        #: fan-out), a parked reader also looks at the log now and then for their commits.
+        self.streams = StreamService(store, clock=clock,
+                                     poll_seconds=None if isinstance(fanout, LocalFanout) else 0.25)
 
     @property
     def _hub(self) -> Hub:
@@ -152,6 +157,7 @@ class RunService:
     def drain(self) -> None:
         """Shutting down: streams say "reconnect", long polls answer now."""
         self._hub.drain()
+        self.streams.drain()
 
     @property
     def draining(self) -> bool:

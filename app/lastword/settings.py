@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     subscriber_buffer: int = Field(
         1000, gt=0, description="Events buffered per SSE subscriber before a slow one is cut off."
     )
+    ds_long_poll_seconds: float = Field(
+        20.0, gt=0, description="How long a Durable Streams long poll (/ds, live=long-poll) waits for data."
+    )
+    ds_sse_seconds: float = Field(
+        60.0, gt=0, description="A Durable Streams SSE read (/ds, live=sse) ends after this long; clients resume."
+    )
     log_level: str = Field("info", description="Log level.")
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="A client must send its request headers within this time (else 408)."

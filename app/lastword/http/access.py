@@ -1,7 +1,8 @@
 """Access tokens (SPEC §11): ingest needs the ingest token, reads take either token.
 
 Which endpoints are which is decided by method: every ``POST`` under ``/v1`` writes (ingest),
-every ``GET`` under ``/v1`` and ``/metrics`` reads. The MCP face (``/mcp``) is a read for this
+every ``GET`` under ``/v1`` and ``/metrics`` reads; under ``/ds/`` (Durable Streams) ``PUT``, ``POST`` and
+``DELETE`` write and ``GET`` and ``HEAD`` read. The MCP face (``/mcp``) is a read for this
 middleware; its one writing tool asks for the ingest token itself (``lastword.http.mcp_face``). ``/healthz`` and ``/readyz`` stay open (a
 probe must not need a secret, and they reveal nothing), and so do the API docs.
 
@@ -61,6 +62,12 @@ def kind_of(method: str, path: str) -> str | None:
     """``ingest``, ``read`` or ``None`` (open) for a request."""
     if path.startswith("/v1/"):
         if method == "POST":
+            return "ingest"
+        if method in ("GET", "HEAD"):
+            return "read"
+    if path.startswith("/ds/"):
+        # Durable Streams (SPEC §17): creating, appending, closing and deleting write.
+        if method in ("PUT", "POST", "DELETE"):
             return "ingest"
         if method in ("GET", "HEAD"):
             return "read"

@@ -12,7 +12,9 @@ request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``/v1``, ``/mcp`` and ``/d
   foreign); a request with no ``Origin`` is not a browser's cross-site one and goes on;
 * a body that does not declare its type is refused 415 — it is never parsed as JSON; a request
   with no body (``Content-Length: 0`` or none, not chunked) needs no type. A declared type the
-  endpoint does not take is refused by the endpoint itself, also 415.
+  endpoint does not take is refused by the endpoint itself, also 415. Under ``/ds/`` the
+  Durable Streams face answers an undeclared body itself, as its protocol says (an append
+  400; a create stores it as ``application/octet-stream`` bytes, never parsed).
 
 "The service's own origin" is the ``Host`` the request was sent to: the dashboard, served from
 that host, writes as before. Comparing with ``Host`` says nothing about DNS rebinding (a
@@ -93,7 +95,10 @@ class SameOriginWrites:
         refused = foreign_origin(scope, self.allowed_origins, self.any_origin)
         if refused is not None:
             return refused
-        if _has_body(scope) and not (header(scope, b"content-type") or "").strip():
+        # Under /ds/ a stream's bytes are never parsed as JSON unless the stream says so, and the
+        # protocol answers an undeclared append itself (400).
+        if _has_body(scope) and not (header(scope, b"content-type") or "").strip() \
+                and not scope["path"].startswith("/ds/"):
             return UnsupportedMedia("a request body needs a Content-Type (application/json, application/x-ndjson, "
                                     "text/plain or the endpoint's own); an undeclared body is not read")
         return None

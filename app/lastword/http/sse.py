@@ -64,11 +64,12 @@ class EventStream(Response):
         release: Callable[[], None],
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,  # FastAPI reads this default for the OpenAPI document
+        content_type: str = "text/event-stream; charset=utf-8",
     ) -> None:
         # Not Response.__init__: it would add a Content-Length for the empty body it was given.
         self.status_code = status_code
         self.background = None
-        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
+        self.raw_headers = [(b"content-type", content_type.encode("latin-1"))] + [
             (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items()
         ]
         self._messages = messages

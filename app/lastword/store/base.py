@@ -22,6 +22,7 @@ from lastword.rules.records import (
     StoredEvent,
     TurnRecord,
 )
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
 from lastword.rules.stop_reasons import StopReason
 
 __all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "StoredEvent", "TurnRecord"]
@@ -174,3 +175,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def next_delivery_due(self) -> float | None:
         """When the earliest pending delivery is due."""
+
+    # -- Durable Streams (SPEC §17, lastword.store.ds) ----------------------------------
+
+    @abc.abstractmethod
+    async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
+        """Create a stream (or a fork), or find the same one there already (200; else 409)."""
+
+    @abc.abstractmethod
+    async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
+        """Append (and/or close) under the stream's lock, producer state in the same transaction."""
+
+    @abc.abstractmethod
+    async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
+        """The entries after ``position`` (an offset as sent, or a position), up to about ``max_bytes``."""
+
+    @abc.abstractmethod
+    async def ds_touch(self, path: str, now: float) -> None:
+        """Reset a sliding TTL (a read)."""
+
+    @abc.abstractmethod
+    async def ds_delete(self, path: str, now: float) -> None:
+        """Delete a stream (soft while forks point at it)."""

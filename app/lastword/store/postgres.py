@@ -45,7 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
 from lastword.fanout.notify import Notice
-from lastword.store import forks
+from lastword.store import ds, forks
 from lastword.store.migrations import upgrade_schema
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.sql import SqlStore
@@ -156,7 +156,7 @@ CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id)
 
 #: The webhook secret is stored once (issue 21): deliveries stop copying it.
 SCHEMA_V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
-MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5)
+MIGRATIONS = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5, ds.schema("BYTEA"))
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -28,7 +28,8 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import Change
 from lastword.rules.stop_reasons import StopReason
-from lastword.store import forks, outbox, reads, retention, writes
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
+from lastword.store import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FoldCache, FoldSlot, caught_up
 from lastword.store.rows import EVENT_COLUMNS
@@ -276,3 +277,20 @@ class SqlStore(Store):
 
     async def next_delivery_due(self) -> float | None:
         return await self._read(outbox.next_due)
+
+    # -- Durable Streams (lastword.store.ds) ---------------------------------------------
+
+    async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
+        return await self._write(ds.create, request, now, self.lock_clause)
+
+    async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
+        return await self._write(ds.append, request, now, self.lock_clause)
+
+    async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
+        return await self._read(ds.read, path, position, now, max_bytes)
+
+    async def ds_touch(self, path: str, now: float) -> None:
+        await self._write(ds.touch, path, now)
+
+    async def ds_delete(self, path: str, now: float) -> None:
+        await self._write(ds.delete, path, now, self.lock_clause)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError, Unavailable
-from lastword.store import forks
+from lastword.store import ds, forks
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
@@ -114,7 +114,7 @@ CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
 
 #: The webhook secret is stored once (issue 21): deliveries stop copying it.
 SCHEMA_V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
-MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5)
+MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5, ds.schema("BLOB"))
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.

@@ -1,0 +1,168 @@
+"""The Durable Streams use cases (SPEC §17): what ``/ds/`` asks of the store, and live waits.
+
+Every write is one store transaction (:mod:`lastword.store.ds`); once it commits, the readers
+parked on that stream here are woken and read the log again. A reader never takes data from the
+wake-up itself, only from the log, so a wake-up lost or repeated costs a read, never an entry.
+
+A run is also a stream (SPEC §17): ``/ds/runs/{runId}`` reads the run's log as a JSON-mode
+stream of its §4 events, one message per logged event, offsets by ``seq``, closed once the run
+has ended. It is read-only here (written through ``/v1/runs``), and its parked readers look at
+the log every ``RUN_POLL_SECONDS``: a run's commits go to the runs' hub, not to these waiters.
+
+Across replicas (PostgreSQL) a commit on another replica wakes nobody here; parked readers
+then look at the log every ``poll_seconds`` as well. This diverges on purpose from the runs'
+commit notices (:mod:`lastword.fanout.notify`): a stream's wake-up would need its own notice
+kind, and a bounded delay is what the protocol's long-poll and SSE allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import orjson
+
+from lastword.errors import DsRefusal
+from lastword.rules import ds
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice, StreamState
+from lastword.store.base import Store
+
+#: About how much one read answers; a longer stream is read in several.
+READ_BYTES = 1024 * 1024
+#: Where runs are read as streams (``/ds/runs/{runId}``), and how many events one read takes.
+RUNS = "/runs/"
+RUN_PAGE = 1000
+#: A run's commits reach the hub, not this service's waiters: a reader parked on a run looks
+#: at its log this often.
+RUN_POLL_SECONDS = 0.25
+
+
+def run_id_of(path: str) -> str | None:
+    """The run a stream path names (``/runs/{runId}``), or None for a stream of its own."""
+    if path.startswith(RUNS) and "/" not in path[len(RUNS):] and len(path) > len(RUNS):
+        return path[len(RUNS):]
+    return None
+
+
+class StreamService:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time,
+                 poll_seconds: float | None = None) -> None:
+        self._store = store
+        self.clock = clock
+        self.poll_seconds = poll_seconds
+        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        #: Set when the service shuts down: live reads answer now.
+        self.draining = False
+
+    def _changed(self, path: str) -> None:
+        for waiter in self._waiters.get(path, ()):
+            waiter.set()
+
+    def drain(self) -> None:
+        self.draining = True
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.set()
+
+    def _writable(self, path: str) -> None:
+        if run_id_of(path) is not None:
+            raise DsRefusal("a run is read as a stream here; it is written through /v1/runs", status=405,
+                            headers={"Allow": "GET, HEAD"})
+
+    async def create(self, request: CreateRequest) -> Outcome:
+        self._writable(request.path)
+        outcome = await self._store.ds_create(request, self.clock())
+        self._changed(request.path)
+        return outcome
+
+    async def append(self, request: AppendRequest) -> Outcome:
+        self._writable(request.path)
+        outcome = await self._store.ds_append(request, self.clock())
+        self._changed(request.path)
+        return outcome
+
+    async def delete(self, path: str) -> None:
+        self._writable(path)
+        await self._store.ds_delete(path, self.clock())
+        self._changed(path)
+
+    async def head(self, path: str) -> Slice:
+        """The stream's state (no entries; a HEAD does not reset a sliding TTL)."""
+        return await self._read(path, ds.NOW, 0)
+
+    async def read(self, path: str, position: int | str, *, touch: bool = True) -> Slice:
+        """The entries after ``position``; a read resets a sliding TTL."""
+        found = await self._read(path, position, READ_BYTES)
+        if touch and found.state.ttl is not None:
+            await self._store.ds_touch(path, self.clock())
+        return found
+
+    async def wait(self, path: str, position: int, timeout: float, waiter: asyncio.Event | None = None) -> Slice:
+        """The entries after ``position`` once there are some, the stream is closed, or
+        ``timeout`` seconds have passed (then an empty slice). Setting ``waiter`` (the caller's
+        own, when it gives one) ends the wait early too, with whatever the log then holds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        waiter = waiter or asyncio.Event()
+        self._waiters[path].add(waiter)
+        try:
+            while True:
+                woken = waiter.is_set()
+                waiter.clear()
+                found = await self._read(path, position, READ_BYTES)
+                left = deadline - loop.time()
+                if found.entries or found.state.closed or self.draining or woken or left <= 0:
+                    return found
+                if run_id_of(path) is not None:
+                    left = min(left, RUN_POLL_SECONDS)
+                elif self.poll_seconds is not None:
+                    left = min(left, self.poll_seconds)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), left)
+                    # woken: read again (the next turn's read), and answer whatever it finds
+        finally:
+            waiters = self._waiters.get(path)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[path]
+
+    async def _read(self, path: str, position: int | str, max_bytes: int) -> Slice:
+        run_id = run_id_of(path)
+        if run_id is None:
+            return await self._store.ds_read(path, position, self.clock(), max_bytes)
+        return await self._read_run(run_id, position, max_bytes)
+
+    async def _read_run(self, run_id: str, position: int | str, max_bytes: int) -> Slice:
+        """A run's log as a JSON-mode stream: one message per logged §4 event, offsets by
+        ``seq``, closed once the run has ended (SPEC §17)."""
+        run = await self._store.get_run(run_id)
+        state = StreamState(path=RUNS + run_id, uid=run_id, content_type="application/json", ttl=None,
+                            expires_at=None, expires_epoch=None, closed=run.status == "ended", deleted=False,
+                            tail=run.last_seq, touched_at=0.0)
+        start = run.last_seq if position == ds.NOW else position if isinstance(position, int) \
+            else ds.parse_offset(position, run.last_seq)
+        assert isinstance(start, int)
+        if start >= run.last_seq or max_bytes == 0:
+            return Slice(state, start, [])
+        events = await self._store.events_after(run_id, start, RUN_PAGE)
+        entries: list[bytes] = []
+        size = 0
+        last = start
+        for event in events:
+            entry = orjson.dumps(event.body)
+            if entries and size + len(entry) > max_bytes:
+                break
+            entries.append(entry)
+            size += len(entry)
+            last = event.seq
+        if not events:
+            last = run.last_seq  # nothing after ``start`` is logged here (a fork's inherited part)
+        return Slice(state, start, entries, last)
+
+    def cursor(self, client_cursor: str | None) -> str:
+        return ds.cursor(self.clock(), client_cursor, random.randint(1, 3600))

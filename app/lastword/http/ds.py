@@ -1,0 +1,287 @@
+"""``/ds/{path}``: the Durable Streams protocol over HTTP (SPEC §17, ``PROTOCOL.md`` of
+``durable-streams/durable-streams``).
+
+The stream's name is its path below ``/ds`` (``/ds/chat/1`` is the stream ``/chat/1``, which is
+also how ``Stream-Forked-From`` names it). One route takes every method, because the protocol
+gives each method of one URL its own meaning: ``PUT`` creates (or forks), ``POST`` appends or
+closes, ``GET`` reads (catch-up, ``live=long-poll``, ``live=sse``), ``HEAD`` answers the metadata,
+``DELETE`` deletes. Refusals are the protocol's statuses and headers, with a problem document
+as the body; every answer carries the browser security headers the protocol recommends.
+
+``HEAD`` is served here, not by :mod:`lastword.http.head`: the protocol's HEAD answers metadata
+without reading the stream and leaves a sliding TTL alone, which a GET would not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncGenerator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from lastword.ds_service import StreamService
+from lastword.errors import DsRefusal, LastwordError, PayloadTooLarge, problem_json
+from lastword.http import sse
+from lastword.rules import ds
+from lastword.rules.ds import AppendRequest, CreateRequest, Slice
+
+router = APIRouter(tags=["durable streams"])
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "cross-origin"}
+#: Catch-up reads of a stream's past do not change; the tail and live answers do.
+CACHEABLE = "private, max-age=60, stale-while-revalidate=300"
+ALLOWED_HEADERS = ("Content-Type, Authorization, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Closed, "
+                   "Stream-Seq, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, "
+                   "Stream-Fork-Sub-Offset")
+EXPOSED_HEADERS = ("Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
+                   "Stream-Expires-At, ETag, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, "
+                   "Producer-Received-Seq, Location, Stream-SSE-Data-Encoding")
+
+
+def streams_of(request: Request) -> StreamService:
+    service: StreamService = request.app.state.service.streams
+    return service
+
+
+def _refused(error: LastwordError) -> Response:
+    headers = dict(SECURITY)
+    if isinstance(error, DsRefusal):
+        headers.update(error.headers)
+    return Response(problem_json(error), status_code=error.http_status, media_type="application/problem+json",
+                    headers=headers)
+
+
+def _stream_headers(found: Slice, *, content_type: bool = True) -> dict[str, str]:
+    state = found.state
+    headers = dict(SECURITY)
+    if content_type:
+        headers["Content-Type"] = state.content_type
+    headers["Stream-Next-Offset"] = ds.offset(found.end)
+    if state.ttl is not None:
+        headers["Stream-TTL"] = str(state.ttl)
+    if state.expires_at is not None:
+        headers["Stream-Expires-At"] = state.expires_at
+    return headers
+
+
+async def _body(request: Request) -> bytes:
+    limit: int = request.app.state.settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is over the {limit}-byte limit")
+    pieces: list[bytes] = []
+    size = 0
+    async for piece in request.stream():
+        size += len(piece)
+        if size > limit:
+            raise PayloadTooLarge(f"the body is over the {limit}-byte limit")
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _name(path: str) -> str:
+    return "/" + path.strip("/")
+
+
+@router.api_route("/ds/{path:path}", methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
+                  include_in_schema=False)
+async def stream_route(path: str, request: Request) -> Response:
+    try:
+        method = request.method
+        name = _name(path)
+        if method == "PUT":
+            return await _create(request, name)
+        if method == "POST":
+            return await _append(request, name)
+        if method == "DELETE":
+            await streams_of(request).delete(name)
+            return Response(status_code=204, headers=SECURITY)
+        if method == "HEAD":
+            return _head(await streams_of(request).head(name))
+        if method == "OPTIONS":
+            return Response(status_code=204, headers={
+                **SECURITY, "Access-Control-Allow-Methods": "GET, HEAD, PUT, POST, DELETE",
+                "Access-Control-Allow-Headers": ALLOWED_HEADERS, "Access-Control-Expose-Headers": EXPOSED_HEADERS})
+        return await _read(request, name)
+    except LastwordError as error:
+        return _refused(error)
+
+
+async def _create(request: Request, name: str) -> Response:
+    headers = request.headers
+    ttl = ds.parse_ttl(headers.get("stream-ttl"))
+    expires_at = headers.get("stream-expires-at")
+    expires_epoch = ds.parse_expires_at(expires_at)
+    if ttl is not None and expires_epoch is not None:
+        raise DsRefusal(status=400, detail="Stream-TTL and Stream-Expires-At exclude each other")
+    forked_from = headers.get("stream-forked-from")
+    sub_offset = headers.get("stream-fork-sub-offset")
+    if forked_from is None and (headers.get("stream-fork-offset") is not None or sub_offset is not None):
+        raise DsRefusal(status=400, detail="Stream-Fork-Offset needs Stream-Forked-From")
+    if sub_offset is not None and not ds._DIGITS.fullmatch(sub_offset.strip()):
+        raise DsRefusal(status=400, detail=f"Stream-Fork-Sub-Offset {sub_offset!r} is not a non-negative integer")
+    if forked_from is not None:
+        forked_from = forked_from.strip()
+        if forked_from.startswith("/ds/"):
+            forked_from = forked_from[3:]
+        forked_from = _name(forked_from)
+    content_type = headers.get("content-type")
+    body = await _body(request)
+    outcome = await streams_of(request).create(CreateRequest(
+        path=name, content_type=content_type.strip() if content_type else None, ttl=ttl,
+        expires_at=expires_at.strip() if expires_at else None, expires_epoch=expires_epoch,
+        closed=ds.flag(headers.get("stream-closed")), body=body, fork_of=forked_from,
+        fork_offset=headers.get("stream-fork-offset"), fork_sub_offset=int(sub_offset) if sub_offset else 0,
+    ))
+    state = outcome.state
+    answer = _stream_headers(Slice(state, state.tail, []))
+    if state.closed:
+        answer["Stream-Closed"] = "true"
+    if outcome.status == 201:
+        answer["Location"] = str(request.url.replace(query=""))
+    return Response(status_code=outcome.status, headers=answer)
+
+
+async def _append(request: Request, name: str) -> Response:
+    headers = request.headers
+    producer = ds.parse_producer(headers.get("producer-id"), headers.get("producer-epoch"),
+                                 headers.get("producer-seq"))
+    body = await _body(request)
+    outcome = await streams_of(request).append(AppendRequest(
+        path=name, content_type=headers.get("content-type"), body=body,
+        close=ds.flag(headers.get("stream-closed")), producer=producer, stream_seq=headers.get("stream-seq"),
+    ))
+    answer = dict(SECURITY)
+    answer["Stream-Next-Offset"] = ds.offset(outcome.state.tail)
+    if outcome.state.closed:
+        answer["Stream-Closed"] = "true"
+    if outcome.producer is not None:
+        answer["Producer-Epoch"], answer["Producer-Seq"] = (str(n) for n in outcome.producer)
+    return Response(status_code=outcome.status, headers=answer)
+
+
+def _head(found: Slice) -> Response:
+    headers = _stream_headers(found)
+    headers["Cache-Control"] = "no-store"
+    if found.state.closed:
+        headers["Stream-Closed"] = "true"
+    return Response(status_code=200, headers=headers)
+
+
+def _read_headers(found: Slice, *, live: bool, client_cursor: str | None, service: StreamService) -> dict[str, str]:
+    headers = _stream_headers(found)
+    closed_at_end = found.state.closed and found.up_to_date
+    if found.up_to_date:
+        headers["Stream-Up-To-Date"] = "true"
+    if closed_at_end:
+        headers["Stream-Closed"] = "true"
+    if live or not closed_at_end:
+        headers["Stream-Cursor"] = service.cursor(client_cursor)
+    return headers
+
+
+async def _read(request: Request, name: str) -> Response:
+    query = request.query_params
+    service = streams_of(request)
+    live = query.get("live")
+    text = query.get("offset")
+    if live is not None and live not in ("long-poll", "sse"):
+        raise DsRefusal(status=400, detail=f"live={live!r} is not a read mode (long-poll, sse)")
+    if live is not None and text is None:
+        raise DsRefusal(status=400, detail="a live read needs an offset")
+    client_cursor = query.get("cursor")
+    if text is not None and text not in (ds.START, ds.NOW) and ds.position_of(text) is None:
+        raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
+    found = await service.read(name, text if text is not None else ds.START)
+    if live == "sse":
+        return _sse(request, service, name, found, client_cursor)
+    if live == "long-poll" and not found.entries and not found.state.closed:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.app.state.settings.ds_long_poll_seconds
+        while not (found.entries or found.state.closed or service.draining) and loop.time() < deadline:
+            found = await service.wait(name, found.start, deadline - loop.time())
+    if live == "long-poll" and not found.entries:
+        headers = _read_headers(found, live=True, client_cursor=client_cursor, service=service)
+        headers["Stream-Up-To-Date"] = "true"
+        del headers["Content-Type"]
+        return Response(status_code=204, headers=headers)
+    headers = _read_headers(found, live=live is not None, client_cursor=client_cursor, service=service)
+    if text == ds.NOW:
+        headers["Cache-Control"] = "no-store"
+    else:
+        tag = ds.etag(found.state.uid, found.start, found.end, found.state.closed and found.up_to_date)
+        headers["ETag"] = tag
+        headers["Cache-Control"] = "no-store" if found.up_to_date else CACHEABLE
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={k: v for k, v in headers.items() if k != "Content-Type"})
+    return Response(ds.body_of(found.entries, found.state.content_type), status_code=200, headers=headers)
+
+
+def _control(found: Slice, service: StreamService, client_cursor: str | None) -> bytes:
+    closed = found.state.closed and found.up_to_date
+    control: dict[str, object] = {"streamNextOffset": ds.offset(found.end)}
+    if not closed:
+        control["streamCursor"] = service.cursor(client_cursor)
+    if found.up_to_date:
+        control["upToDate"] = True
+    if closed:
+        control["streamClosed"] = True
+    return _event("control", json.dumps(control, separators=(",", ":")))
+
+
+def _event(name: str, data: str) -> bytes:
+    """One SSE event, its data as ``data:`` lines with no space after the colon: the space would
+    be taken off by any SSE parser anyway, and the protocol's examples and suite write none."""
+    lines = _LINE_BREAK.split(data)
+    return (f"event: {name}\n" + "".join(f"data:{line}\n" for line in lines) + "\n").encode()
+
+
+def _sse(request: Request, service: StreamService, name: str, first: Slice, client_cursor: str | None) -> Response:
+    settings = request.app.state.settings
+    content_type = first.state.content_type
+    stop = asyncio.Event()
+    gone = False
+
+    def disconnected() -> None:
+        nonlocal gone
+        gone = True
+        stop.set()
+
+    async def messages() -> AsyncGenerator[bytes, None]:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + settings.ds_sse_seconds
+        found = first
+        while True:
+            if found.entries:
+                yield _event("data", ds.sse_data(found.entries, content_type)) + _control(found, service, client_cursor)
+            elif found is first or found.state.closed:
+                yield _control(found, service, client_cursor)
+            if found.state.closed and found.up_to_date:
+                return
+            position = found.end
+            if not found.up_to_date:
+                found = await service.read(name, position, touch=False)
+                continue
+            while True:
+                left = ends_at - loop.time()
+                if gone or left <= 0 or service.draining:
+                    return
+                try:
+                    found = await service.wait(name, position, min(left, settings.keepalive_seconds), stop)
+                except LastwordError:
+                    return  # deleted or expired meanwhile: the stream ends
+                if found.entries or found.state.closed:
+                    break
+                if not gone:
+                    yield b":\r\n\r\n"
+
+    headers = {**SECURITY, "Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"}
+    if ds.sse_base64(content_type):
+        headers["Stream-SSE-Data-Encoding"] = "base64"
+    return sse.EventStream(messages(), send_timeout=settings.sse_send_timeout_seconds,
+                           on_disconnect=disconnected, release=lambda: None, headers=headers,
+                           content_type="text/event-stream")

@@ -1,0 +1,325 @@
+"""The Durable Streams protocol's rules (SPEC §17), with no I/O: offsets, headers, JSON mode,
+idempotent producers, expiry, cursors and ETags.
+
+A stream here is a list of entries numbered from 1: one per append in a byte stream, one per
+message in a JSON stream (a POSTed array is flattened one level, so each element is an entry).
+An offset is the number of entries before it, written ``0000000000000000_NNNNNNNNNNNNNNNN``
+(16 zeros, then the count in 16 digits): the shape the protocol's reference server uses and its
+conformance suite writes by hand for "the start", fixed width so that the protocol's
+lexicographic order is the numeric one, and never ``-1`` or ``now``. The first field is always
+zero here; an offset with anything else there is not ours (400). Reading
+from offset ``n`` answers the entries after ``n``.
+
+Each decision is a function of the stream's state and the request, answering what to do or
+raising a :class:`~lastword.errors.DsRefusal` with the protocol's status and headers; the store applies it in the
+transaction that read the state, so check and write cannot be separated by another writer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from lastword.errors import DsRefusal
+
+#: An offset's count is this many decimal digits, after the zero field.
+OFFSET_DIGITS = 16
+START = "-1"
+NOW = "now"
+#: JavaScript's largest safe integer: the protocol's bound on producer epochs and seqs.
+MAX_SAFE = 2**53 - 1
+#: The cursor's interval and epoch (2024-10-09T00:00:00Z), as the protocol's §10.1 proposes.
+CURSOR_INTERVAL = 20
+CURSOR_EPOCH = 1728432000
+
+_DIGITS = re.compile(r"0|[1-9][0-9]*")
+_OFFSET = re.compile(rf"0{{{OFFSET_DIGITS}}}_([0-9]{{{OFFSET_DIGITS}}})")
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def offset(position: int) -> str:
+    return "0" * OFFSET_DIGITS + "_" + str(position).zfill(OFFSET_DIGITS)
+
+
+def position_of(text: str) -> int | None:
+    """The position an offset of ours names; None for any other text."""
+    match = _OFFSET.fullmatch(text)
+    return None if match is None else int(match.group(1))
+
+
+def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
+    """The position an ``offset`` query names: absent or ``-1`` is 0; ``now``; else ours only.
+
+    An offset this server did not hand out (another shape, or past the tail) is 400.
+    """
+    if text is None or text == START:
+        return 0
+    if text == NOW:
+        return "now"
+    position = position_of(text)
+    if position is None:
+        raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
+    if position > tail:
+        raise DsRefusal(status=400, detail=f"offset {text!r} is past the stream's tail")
+    return position
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` (no parameters), lower case; ``""`` when absent."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str) -> bool:
+    return media_type(content_type) == "application/json"
+
+
+def sse_base64(content_type: str) -> bool:
+    """Whether SSE carries this stream's data as base64 (neither ``text/*`` nor JSON)."""
+    kind = media_type(content_type)
+    return not (kind.startswith("text/") or kind == "application/json")
+
+
+def flag(value: str | None) -> bool:
+    """``Stream-Closed``: only ``true`` (any case) counts; every other value is as if absent."""
+    return value is not None and value.strip().lower() == "true"
+
+
+def parse_ttl(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not _DIGITS.fullmatch(value):
+        raise DsRefusal(status=400, detail=f"Stream-TTL {value!r} is not a whole number of seconds")
+    return int(value)
+
+
+def parse_expires_at(value: str | None) -> float | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not _RFC3339.fullmatch(text):
+        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not an RFC 3339 time")
+    try:
+        return datetime.fromisoformat(text.upper().replace(" ", "T")).timestamp()
+    except ValueError:
+        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not a valid time") from None
+
+
+@dataclass(frozen=True)
+class Producer:
+    """An idempotent producer's ``(Producer-Id, Producer-Epoch, Producer-Seq)``."""
+
+    id: str
+    epoch: int
+    seq: int
+
+    def key(self) -> str:
+        return f"{self.epoch}:{self.seq}:{self.id}"
+
+
+def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Producer | None:
+    """The three producer headers, all or none (400 otherwise)."""
+    given = [value is not None for value in (pid, epoch, seq)]
+    if not any(given):
+        return None
+    if not all(given):
+        raise DsRefusal(status=400, detail="Producer-Id, Producer-Epoch and Producer-Seq go together")
+    assert pid is not None and epoch is not None and seq is not None
+    if not pid.strip():
+        raise DsRefusal(status=400, detail="Producer-Id is empty")
+    numbers = []
+    for name, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
+        if not _DIGITS.fullmatch(value.strip()) or int(value) > MAX_SAFE:
+            raise DsRefusal(status=400, detail=f"{name} {value!r} is not an integer from 0 to 2^53-1")
+        numbers.append(int(value))
+    return Producer(pid, numbers[0], numbers[1])
+
+
+ProducerVerdict = Literal["accept", "duplicate"]
+
+
+def check_producer(producer: Producer, state: tuple[int, int] | None) -> ProducerVerdict:
+    """Epoch fencing and sequence checks against the producer's stored ``(epoch, last seq)``."""
+    if state is None:
+        if producer.seq != 0:
+            raise DsRefusal(status=409, detail=f"a new producer starts at seq 0, not {producer.seq}",
+                            headers={"Producer-Expected-Seq": "0", "Producer-Received-Seq": str(producer.seq)})
+        return "accept"
+    epoch, last = state
+    if producer.epoch < epoch:
+        raise DsRefusal(status=403, detail=f"producer epoch {producer.epoch} is stale; the current one is {epoch}",
+                        headers={"Producer-Epoch": str(epoch)})
+    if producer.epoch > epoch:
+        if producer.seq != 0:
+            raise DsRefusal(status=400, detail=f"a new epoch starts at seq 0, not {producer.seq}")
+        return "accept"
+    if producer.seq <= last:
+        return "duplicate"
+    if producer.seq > last + 1:
+        raise DsRefusal(status=409, detail=f"producer seq {producer.seq} leaves a gap after {last}",
+                        headers={"Producer-Expected-Seq": str(last + 1), "Producer-Received-Seq": str(producer.seq)})
+    return "accept"
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constants)
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
+    """A JSON mode body as its messages, each the exact text of one value.
+
+    An array is flattened one level; any other value is one message. Not JSON is 400, and so is
+    an empty array unless ``allow_empty`` (a PUT's initial content may be ``[]``).
+    """
+    try:
+        text = body.decode("utf-8")
+        start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+        if text.startswith("[", start):
+            messages = []
+            at = _SPACE.match(text, start + 1).end()  # type: ignore[union-attr]
+            if text.startswith("]", at):
+                at += 1
+            else:
+                while True:
+                    _, end = _decoder.raw_decode(text, at)
+                    messages.append(text[at:end].encode())
+                    at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+                    if text.startswith(",", at):
+                        at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+                        continue
+                    if text.startswith("]", at):
+                        at += 1
+                        break
+                    raise ValueError("expected , or ]")
+        else:
+            _, end = _decoder.raw_decode(text, start)
+            messages = [text[start:end].encode()]
+            at = end
+        if _SPACE.match(text, at).end() != len(text):  # type: ignore[union-attr]
+            raise ValueError("extra data after the value")
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise DsRefusal(status=400, detail=f"the body is not JSON: {error}") from None
+    if not messages and not allow_empty:
+        raise DsRefusal(status=400, detail="an empty JSON array appends nothing")
+    return messages
+
+
+def body_of(entries: list[bytes], content_type: str) -> bytes:
+    """Entries as a read's body: a JSON array in JSON mode, else the bytes back to back."""
+    if is_json(content_type):
+        return b"[" + b",".join(entries) + b"]"
+    return b"".join(entries)
+
+
+def sse_data(entries: list[bytes], content_type: str) -> str:
+    """Entries as one SSE ``data`` event's text (base64 for a binary stream)."""
+    if sse_base64(content_type):
+        return base64.b64encode(b"".join(entries)).decode("ascii")
+    return body_of(entries, content_type).decode("utf-8", errors="replace")
+
+
+def cursor(now: float, client_cursor: str | None, jitter: int) -> str:
+    """The ``Stream-Cursor`` for a live answer: the interval number, past the client's own.
+
+    ``jitter`` (1 to 3600 seconds, chosen by the caller) moves it on when the client's cursor is
+    already this interval's or later, so a cached answer cannot come back round.
+    """
+    interval = int((now - CURSOR_EPOCH) // CURSOR_INTERVAL)
+    if client_cursor is not None and _DIGITS.fullmatch(client_cursor):
+        theirs = int(client_cursor)
+        if theirs >= interval:
+            return str(theirs + max(1, jitter // CURSOR_INTERVAL))
+    return str(interval)
+
+
+def etag(uid: str, start: int, end: int, closed: bool) -> str:
+    """Changes with the range and with closure, so a 304 never hides the end of a stream."""
+    return f'"{uid}:{offset(start)}:{offset(end)}{":c" if closed else ""}"'
+
+
+@dataclass
+class StreamState:
+    """A stream's row, as the store reads it."""
+
+    path: str
+    uid: str
+    content_type: str
+    ttl: int | None
+    expires_at: str | None
+    expires_epoch: float | None
+    closed: bool
+    deleted: bool
+    tail: int
+    touched_at: float
+    fork_of: str | None = None
+    fork_offset: int | None = None
+    closed_by: str | None = None
+    stream_seq: str | None = None
+    refs: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def expired(self, now: float) -> bool:
+        if self.expires_epoch is not None and now >= self.expires_epoch:
+            return True
+        return self.ttl is not None and now >= self.touched_at + self.ttl
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    path: str
+    content_type: str | None
+    ttl: int | None
+    expires_at: str | None
+    expires_epoch: float | None
+    closed: bool
+    body: bytes
+    fork_of: str | None = None
+    fork_offset: str | None = None
+    fork_sub_offset: int = 0
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    path: str
+    content_type: str | None
+    body: bytes
+    close: bool
+    producer: Producer | None
+    stream_seq: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write did: the stream after it, and the answer's status."""
+
+    state: StreamState
+    status: int
+    producer: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Slice:
+    """What a read found: the stream, and its entries after the asked position (up to a size).
+
+    ``last`` is the position after the entries when it is not ``start + len(entries)`` (a
+    run's log read as a stream is numbered by ``seq``, which a fork's log starts past 1)."""
+
+    state: StreamState
+    start: int
+    entries: list[bytes]
+    last: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.last if self.last is not None else self.start + len(self.entries)
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.end >= self.state.tail
