@@ -27,15 +27,11 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
-from tenacity import (
-    AsyncRetrying,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, Retrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from lastword.client import retry
 from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
+from lastword.client.retry import RETRIED_STATUSES, LastwordAPIError
 from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.rules.ids import new_run_id
 from lastword.rules.lifecycle import closes_run_stream
@@ -51,22 +47,11 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 #: Streams wait for their next message as long as it takes (keep-alives arrive meanwhile).
 STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 #: ``wait_result`` asks for at most this long per request, so a connection that died silently
 #: is noticed within a minute, whatever the caller's ``timeout``.
 WAIT_PER_REQUEST = 60.0
-
-
-class LastwordAPIError(Exception):
-    """The service answered with a problem document (or another non-2xx answer)."""
-
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
-        self.status = status
-        self.problem = dict(problem)
-        self.code = str(problem.get("code", "http_error"))
-        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
 
 
 class _Retryable(Exception):
@@ -229,10 +214,13 @@ class _Core:
     def retry_policy(self) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.retries + 1),
-            "wait": wait_random_exponential(multiplier=self.backoff, max=5.0),
+            "wait": self._pause,
             "retry": retry_if_exception(lambda e: isinstance(e, (httpx.TransportError, _Retryable))),
             "reraise": True,
         }
+
+    def _pause(self, state: RetryCallState) -> float:
+        return retry.pause(self.backoff, state.attempt_number)
 
     def long_poll_timeout(self, wait: float) -> float:
         """A request the server may hold ``wait`` seconds gets that long plus the usual time-out."""
@@ -420,7 +408,7 @@ class _Resume:
             if isinstance(error, _Retryable):
                 _problem_of_stream(error.response)
             raise error
-        pause = min(5.0, self._backoff * 2.0**self._failures)
+        pause = retry.pause(self._backoff, self._failures)
         if isinstance(error, _Retryable):
             pause = max(pause, _retry_after(error.response))
         return pause
