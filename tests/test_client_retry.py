@@ -85,3 +85,38 @@ def test_the_stream_pusher_pauses_by_the_helper(pauses: list[int]) -> None:
         pusher.flush()
     assert b"hello" in sent[-1]
     assert pauses == [1]
+
+
+def test_a_refusal_that_outlasts_the_retries_is_a_lastword_api_error(pauses: list[int]) -> None:
+    """A 503 answered to every try raises the client's one error, with the service's problem."""
+    always = httpx.MockTransport(lambda request: httpx.Response(503, json={"code": "draining", "detail": "bye"}))
+    with LastwordClient("http://lastword.test", retries=2, transport=always) as client:
+        with pytest.raises(retry.LastwordAPIError) as refused:
+            client.get_run("r1")
+    assert (refused.value.status, refused.value.code) == (503, "draining")
+    assert pauses[:2] == [1, 2]  # (tenacity also works out the pause it does not take after the last)
+
+
+def test_next_turn_is_sent_again_only_when_it_surely_was_not_carried_out(pauses: list[int]) -> None:
+    """Starting a turn is not idempotent: a lost answer is raised, not retried into a 409; a
+    connection never made is retried."""
+    sent: list[str] = []
+
+    def lost(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        raise httpx.ReadError("answer lost", request=request)
+
+    with LastwordClient("http://lastword.test", transport=httpx.MockTransport(lost)) as client:
+        with pytest.raises(httpx.ReadError):
+            client.next_turn("r1")
+    assert sent == ["/v1/runs/r1/turns"]
+
+    def refused_then_run(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if len(sent) == 2:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(201, json={**RUN, "turn": 2})
+
+    with LastwordClient("http://lastword.test", transport=httpx.MockTransport(refused_then_run)) as client:
+        assert client.next_turn("r1").turn == 2
+    assert len(sent) == 3
