@@ -33,7 +33,7 @@ CLIENT_METHODS: dict[Operation, tuple[str, ...]] = {
     ("POST", "/v1/runs"): ("create_run",),
     ("GET", "/v1/runs/{runId}"): ("get_run",),
     ("GET", "/v1/runs/{runId}/children"): ("join",),
-    ("POST", "/v1/runs/{runId}/chunks"): ("push_text",),
+    ("POST", "/v1/runs/{runId}/chunks"): ("push_text", "push_text_stream"),
     ("POST", "/v1/runs/{runId}/close"): ("close_run",),
     ("GET", "/v1/runs/{runId}/deliveries"): ("deliveries",),
     ("POST", "/v1/runs/{runId}/end"): ("end",),
@@ -122,6 +122,7 @@ async def every_method(call: Call) -> None:
     assert child.selection is not None and child.selection.joinContinuations
     assert (await call("get_run", child.runId)).agent == "cov-child"
     assert (await call("push_text", child.runId, "draft ")).accepted == 1
+    assert (await call("push_text_stream", child.runId, ["str", "eamed "])).accepted >= 1
     await call("pusher", child.runId)
     await call("stream_pusher", child.runId)
     assert (await call("push_provider_stream", child.runId, "acp", ACP_LINE)).accepted >= 1

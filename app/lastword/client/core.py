@@ -124,6 +124,13 @@ class _Call(Generic[T]):
 #: or without their newline). A list or tuple is one body, retried on failure; any other iterable
 #: is streamed once, each line written as it comes (the async client also takes async iterables).
 CliLines = Iterable[str | bytes] | AsyncIterable[str | bytes]
+#: What ``push_text_stream`` takes: pieces of text, written into one request as they come.
+TextPieces = Iterable[str] | AsyncIterable[str]
+
+
+async def _atext_body(pieces: AsyncIterable[str]) -> AsyncIterator[bytes]:
+    async for piece in pieces:
+        yield piece.encode()
 
 
 def _cli_line(line: str | bytes) -> bytes:
@@ -322,6 +329,11 @@ class _Core:
     def push_text(self, run_id: str, text: str, event_id: str | None) -> _Call[AppendResult]:
         body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
         return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), json=body)
+
+    def push_text_stream(self, run_id: str, body: Any) -> _Call[AppendResult]:
+        """Bare text as one ``text/plain`` request, written piece by piece (streamed once)."""
+        return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), content=body,
+                     headers={"content-type": "text/plain; charset=utf-8"})
 
     def end(self, run_id: str, stop_reason: str, error: Any, cascade: bool) -> _Call[SubagentResult]:
         body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
@@ -662,6 +674,15 @@ class LastwordClient:
         """Append bare chunk text."""
         return self._send(self._core.push_text(run_id, text, event_id))
 
+    def push_text_stream(self, run_id: str, pieces: TextPieces) -> AppendResult:
+        """Append bare text as one ``text/plain`` request, each piece written the moment the
+        iterable yields it (a piece may end mid-word; the service splits nothing). Streamed once,
+        so not retried, and without ``eventId``s: prefer :meth:`push_text` or a pusher where a
+        retry must be safe."""
+        if isinstance(pieces, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.push_text_stream")
+        return self._send(self._core.push_text_stream(run_id, (piece.encode() for piece in pieces)))
+
     def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> Pusher:
         """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
         after ``linger`` seconds (or at ``max_events``), ``flush()``/``close()`` wait until durable
@@ -898,6 +919,11 @@ class AsyncLastwordClient:
     async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
         """Append bare chunk text."""
         return await self._send(self._core.push_text(run_id, text, event_id))
+
+    async def push_text_stream(self, run_id: str, pieces: TextPieces) -> AppendResult:
+        """As :meth:`LastwordClient.push_text_stream`; an async iterable is streamed as it yields."""
+        body = _atext_body(pieces) if isinstance(pieces, AsyncIterable) else _async_of(p.encode() for p in pieces)
+        return await self._send(self._core.push_text_stream(run_id, body))
 
     def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> AsyncPusher:
         """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
