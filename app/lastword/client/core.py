@@ -5,13 +5,16 @@ builds, with the function that decodes its answer; the long polls of ``wait_resu
 ``join`` are a :class:`_Wait` and a :class:`_Join` and a stream's resume bookkeeping a
 :class:`_Resume`, all beside the core. The two
 classes only send and receive, one with blocking I/O and one awaiting it, so they cannot drift
-apart (a test compares their public methods). The transport is injectable (``transport=``), as
-in httpx.
+apart (a test compares their public methods), and every operation of the REST API has a
+method (``tests/test_client_coverage.py`` walks ``openapi/openapi.json``). The transport is
+injectable (``transport=``), as in httpx.
 
 Retries are safe because nothing is ever sent twice under a new identity: events get an
 ``eventId`` before the first attempt (a retried batch is counted as duplicates, not stored
 twice), runs get a ``runId`` before the first attempt (a retried create answers 200 with the
-same run), and ending a turn is idempotent on the server.
+same run), and ending a turn and closing a run are idempotent on the server. Starting a turn is
+not: ``next_turn`` is a ``_Call`` with ``once``, sent again only when it surely was not carried
+out. What is retried and how long each pause is comes from :mod:`lastword.client.retry`.
 """
 
 from __future__ import annotations
