@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from typing import Any
 
 import httpx
-from lastword.cli.audit import FormatTally, RunAudit, report_lines, tally
+import pytest
+from lastword.cli.audit import FormatTally, RunAudit, audit_runs, report_lines, tally
+from lastword.client.core import LastwordAPIError, LastwordClient
 from lastword.cli.demo import SCENARIOS, run_scenario
 
 from tests.servers import free_port
@@ -113,3 +116,17 @@ def test_tally_counts_by_reason() -> None:
     assert counted.omitted == Counter({"empty": 2, "blank_text": 1})
     assert counted.inserted == Counter({"leading_assistant": 1})
     assert not tally({"omitted": []})
+
+
+def test_audit_runs_reads_through_the_client(base_url: str) -> None:
+    """audit_runs takes the client: typed pages, and a refusal is a LastwordAPIError."""
+    run_id = run_scenario("completed", base_url)
+    with LastwordClient(base_url) as client:
+        [audit] = audit_runs(client, since_hours=1, now=time.time())
+    assert (audit.run_id, audit.agent, audit.status) == (run_id, "demo:completed", "ended")
+    assert audit.formats["anthropic"].inserted == Counter({"leading_assistant": 1})
+    with LastwordClient(base_url, transport=httpx.MockTransport(
+            lambda request: httpx.Response(401, json={"code": "unauthorized", "detail": "no token"}))) as refused:
+        with pytest.raises(LastwordAPIError) as raised:
+            audit_runs(refused, since_hours=1, now=time.time())
+    assert raised.value.code == "unauthorized"

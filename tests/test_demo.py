@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.cli.demo import run_scenario
+from lastword.client.core import LastwordAPIError
 
 from tests.servers import free_port
 
@@ -162,3 +164,11 @@ def test_unknown_scenario_is_refused_with_the_list_of_scenarios() -> None:
     done = lastword("demo", "no-such-scenario", "--url", "http://127.0.0.1:1")
     assert done.returncode == 2
     assert all(name in done.stderr for name in EXPECTED)
+
+
+def test_a_refused_scenario_raises_the_clients_error(base_url: str) -> None:
+    """run_scenario talks through the client: playing into an ended run is a LastwordAPIError."""
+    run_id = run_scenario("completed", base_url)
+    with pytest.raises(LastwordAPIError) as refused:
+        run_scenario("cancelled-streaming", base_url, run_id=run_id)
+    assert (refused.value.status, refused.value.code) == (409, "run_ended")

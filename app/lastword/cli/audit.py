@@ -1,9 +1,10 @@
 """``lastword audit``: how often children leave histories that break naive replay.
 
-Reads stored runs through the API (``GET /v1/runs``, then ``GET …/messages`` in both formats)
-and reports, per run, what the provider-safe transcript (SPEC §12) had to leave out or repair:
+Reads stored runs through the client (``list_runs``, then ``messages`` in both formats) and
+reports, per run, what the provider-safe transcript (SPEC §12) had to leave out or repair:
 empty messages, blank text, unsigned reasoning, unanswered tool calls, unknown results. The
-counting (:func:`tally`, :func:`report_lines`) is pure; only :func:`audit_runs` talks HTTP.
+counting (:func:`tally`, :func:`report_lines`) is pure; only :func:`audit_runs` talks to the
+service (a refusal raises :class:`~lastword.client.core.LastwordAPIError`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import httpx
+from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.schemas import Run, TranscriptPage
 
 FORMATS = ("anthropic", "openai")
 RUNS_PAGE = 200
@@ -43,12 +45,14 @@ class RunAudit:
         return not any(self.formats.values())
 
 
-def tally(transcript: Mapping[str, Any]) -> FormatTally:
+def tally(transcript: TranscriptPage | Mapping[str, Any]) -> FormatTally:
     """Count a ``/messages`` answer's omissions and insertions by reason."""
+    if isinstance(transcript, TranscriptPage):
+        transcript = transcript.model_dump(exclude_none=True)
     counted = FormatTally()
     for entry in transcript.get("omitted", []):
         counted.omitted[str(entry["reason"])] += 1
-    for entry in transcript.get("inserted", []):
+    for entry in transcript.get("inserted") or []:
         counted.inserted[str(entry["reason"])] += 1
     return counted
 
@@ -84,31 +88,36 @@ def report_lines(audits: list[RunAudit], since_hours: float) -> Iterator[str]:
                   f"inserted {_counts(counted.inserted) or 'nothing'}"
 
 
-def _created(run: Mapping[str, Any]) -> float:
-    return datetime.fromisoformat(str(run["createdAt"]).replace("Z", "+00:00")).timestamp()
+def _created(run: Run) -> float:
+    return datetime.fromisoformat(run.createdAt.replace("Z", "+00:00")).timestamp()
 
 
-def audit_runs(client: httpx.Client, *, since_hours: float, now: float) -> list[RunAudit]:
+def _tallies(client: LastwordClient, run_id: str) -> dict[str, FormatTally] | None:
+    """Each format's tally of the run's transcript; None for a run deleted since it was listed."""
+    formats = {}
+    for name in FORMATS:
+        try:
+            formats[name] = tally(client.messages(run_id, name))
+        except LastwordAPIError as error:
+            if error.status in (404, 410):
+                return None
+            raise
+    return formats
+
+
+def audit_runs(client: LastwordClient, *, since_hours: float, now: float) -> list[RunAudit]:
     """Audit every run created in the last ``since_hours`` hours, newest first."""
     cutoff = now - since_hours * 3600
     audits: list[RunAudit] = []
-    params: dict[str, Any] = {"limit": RUNS_PAGE}
+    cursor: str | None = None
     while True:
-        page = client.get("/v1/runs", params=params)
-        page.raise_for_status()
-        body = page.json()
-        for run in body["runs"]:
+        page = client.list_runs(limit=RUNS_PAGE, cursor=cursor)
+        for run in page.runs:
             if _created(run) < cutoff:
                 return audits  # newest first: every later run is older still
-            formats = {}
-            for name in FORMATS:
-                answer = client.get(f"/v1/runs/{run['runId']}/messages", params={"format": name})
-                if answer.status_code in (404, 410):
-                    break  # deleted since it was listed
-                answer.raise_for_status()
-                formats[name] = tally(answer.json())
-            else:
-                audits.append(RunAudit(run["runId"], run.get("agent"), run["status"], formats))
-        if not body.get("nextCursor"):
+            formats = _tallies(client, run.runId)
+            if formats is not None:
+                audits.append(RunAudit(run.runId, run.agent, run.status, formats))
+        if not page.nextCursor:
             return audits
-        params["cursor"] = body["nextCursor"]
+        cursor = page.nextCursor

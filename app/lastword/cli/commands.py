@@ -93,9 +93,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     from lastword.cli.audit import audit_runs, report_lines
 
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:
-        with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
+        with LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, timeout=60) as client:
             audits = audit_runs(client, since_hours=args.since, now=time.time())
     except httpx.HTTPStatusError as error:
         print(f"lastword audit: {error.request.method} {error.request.url} answered "

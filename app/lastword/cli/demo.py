@@ -1,7 +1,8 @@
-"""Scripted fake children: drive a running lastword over HTTP exactly as a child runtime would.
+"""Scripted fake children: drive a running lastword through the client exactly as a child runtime would.
 
 No model and no key: each scenario is a fixed script of session events and chunk text that
-reproduces one of the cases lastword exists for (SPEC §1).
+reproduces one of the cases lastword exists for (SPEC §1). A refusal raises the client's
+:class:`~lastword.client.core.LastwordAPIError`, as in every other command.
 """
 
 from __future__ import annotations
@@ -12,19 +13,22 @@ from typing import Any
 import httpx
 
 from lastword.cli.demo_provider import acp_cancelled, anthropic_max_tokens, openai_incomplete
+from lastword.client.core import LastwordAPIError, LastwordClient
 
-Script = Callable[[httpx.Client, str], None]
+Script = Callable[[LastwordClient, str], None]
+#: A demo says soon that the service is not there (as the other commands do).
+RETRIES = 2
 
 
-def _events(client: httpx.Client, run_id: str, *events: dict[str, Any]) -> None:
-    client.post(f"/v1/runs/{run_id}/events", json=list(events)).raise_for_status()
+def _events(client: LastwordClient, run_id: str, *events: dict[str, Any]) -> None:
+    client.push_events(run_id, events)
 
 
 def _text(text: str) -> dict[str, Any]:
     return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
 
 
-def max_tokens_partial(client: httpx.Client, run_id: str) -> None:
+def max_tokens_partial(client: LastwordClient, run_id: str) -> None:
     """Streams a partial answer and a tool call, then a tool-only step ends at max-tokens.
 
     The truncated tool call is dropped, so the loop logs an assistant message with empty
@@ -55,24 +59,22 @@ def max_tokens_partial(client: httpx.Client, run_id: str) -> None:
         }},
         {"type": "step/finish"},
     )
-    client.post(f"/v1/runs/{run_id}/end", json={"stopReason": "max_output_tokens"}).raise_for_status()
+    client.end(run_id, "max_output_tokens")
 
 
-def cancelled_streaming(client: httpx.Client, run_id: str) -> None:
+def cancelled_streaming(client: LastwordClient, run_id: str) -> None:
     """Only bare chunk text, streamed as text/plain, then the parent cancels the child."""
 
-    def pieces() -> Iterator[bytes]:
-        yield "Draft summary: the migration touches ".encode()
-        yield "4 tables and needs a backfill for ".encode()
-        yield "users.email".encode()
+    def pieces() -> Iterator[str]:
+        yield "Draft summary: the migration touches "
+        yield "4 tables and needs a backfill for "
+        yield "users.email"
 
-    client.post(
-        f"/v1/runs/{run_id}/chunks", content=pieces(), headers={"content-type": "text/plain; charset=utf-8"}
-    ).raise_for_status()
-    client.post(f"/v1/runs/{run_id}/end", json={"stopReason": "cancelled"}).raise_for_status()
+    client.push_text_stream(run_id, pieces())
+    client.end(run_id, "cancelled")
 
 
-def reasoning_only(client: httpx.Client, run_id: str) -> None:
+def reasoning_only(client: LastwordClient, run_id: str) -> None:
     """A step whose only substantive block is reasoning, after some streamed text."""
     _events(
         client, run_id,
@@ -85,7 +87,7 @@ def reasoning_only(client: httpx.Client, run_id: str) -> None:
     )
 
 
-def completed(client: httpx.Client, run_id: str) -> None:
+def completed(client: LastwordClient, run_id: str) -> None:
     """An ordinary child: streams its answer, logs the message, ends with end_turn."""
     answer = "The build fails because the lockfile pins an old resolver."
     _events(
@@ -125,16 +127,20 @@ def run_scenario(
     (a stream of a run that does not exist yet is a 404). ``token`` is a bearer token (the ingest
     token), for a service that asks for one.
     """
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url, timeout=30, transport=transport, headers=headers) as client:
-        if run_id is not None and client.get(f"/v1/runs/{run_id}").status_code == 200:
+    with LastwordClient(url, token=token, timeout=30, retries=RETRIES, transport=transport) as client:
+        if run_id is not None and _exists(client, run_id):
             SCENARIOS[name](client, run_id)
             return run_id
-        body: dict[str, Any] = {"agent": f"demo:{name}"}
-        if run_id is not None:
-            body["runId"] = run_id
-        response = client.post("/v1/runs", json=body)
-        response.raise_for_status()
-        created = str(response.json()["runId"])
+        created = client.create_run(run_id, agent=f"demo:{name}").runId
         SCENARIOS[name](client, created)
         return created
+
+
+def _exists(client: LastwordClient, run_id: str) -> bool:
+    try:
+        client.get_run(run_id)
+    except LastwordAPIError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True

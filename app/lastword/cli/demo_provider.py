@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+from lastword.client.core import LastwordClient
 
 PARTIAL = "Found three call sites of parse_config; two pass a path, one passes a dict."
 
@@ -18,11 +18,9 @@ def _sse(events: list[dict[str, Any]]) -> bytes:
     return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
 
 
-def _ingest(client: httpx.Client, run_id: str, format: str, body: bytes, content_type: str, *, end: bool,
+def _ingest(client: LastwordClient, run_id: str, format: str, body: bytes, content_type: str, *, end: bool,
             key: str | None = None) -> None:
-    headers = {"content-type": content_type, **({"Idempotency-Key": key} if key else {})}
-    client.post(f"/v1/runs/{run_id}/ingest/{format}", params={"end": str(end).lower()}, content=body,
-                headers=headers).raise_for_status()
+    client.push_provider_stream(run_id, format, body, end=end, idempotency_key=key, content_type=content_type)
 
 
 def _anthropic_message(message_id: str, input_tokens: int) -> dict[str, Any]:
@@ -31,7 +29,7 @@ def _anthropic_message(message_id: str, input_tokens: int) -> dict[str, Any]:
         "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}
 
 
-def anthropic_max_tokens(client: httpx.Client, run_id: str) -> None:
+def anthropic_max_tokens(client: LastwordClient, run_id: str) -> None:
     """Two Messages streams: text and a tool call, then a step cut at max_tokens inside its tool input."""
     text_pieces = ["Found three call sites of parse_config; ", "two pass a path, ", "one passes a dict."]
     first = [_anthropic_message("msg_demo_1", 1200), {"type": "ping"},
@@ -63,7 +61,7 @@ def _response(response_id: str, status: str, output: list[Any], **extra: Any) ->
             "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], **extra}
 
 
-def openai_incomplete(client: httpx.Client, run_id: str) -> None:
+def openai_incomplete(client: LastwordClient, run_id: str) -> None:
     """Two Responses streams: an answer and a function call, then one incomplete at max_output_tokens."""
     message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
                "content": [{"type": "output_text", "text": PARTIAL, "annotations": []}]}
@@ -99,7 +97,7 @@ def openai_incomplete(client: httpx.Client, run_id: str) -> None:
     _ingest(client, run_id, "openai-responses", _sse(second), "text/event-stream", end=True)
 
 
-def acp_cancelled(client: httpx.Client, run_id: str) -> None:
+def acp_cancelled(client: LastwordClient, run_id: str) -> None:
     """An ACP prompt turn: a thought, message chunks and a tool call, then the client cancels it."""
     def update(session_update: str, **fields: Any) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "method": "session/update",

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
+from lastword.client import retry
 from lastword.client.core import LastwordAPIError, LastwordClient
-from lastword.client.stream_pusher import _is_retried
 from lastword.schemas import IngestResult, SubagentResult
 
 #: ``--format auto``: the format of a command, by its file name.
@@ -70,7 +70,7 @@ EXIT_STATUSES = {
 #: Seconds of silence after which a blank line is written (the service's body time-out is 30 s).
 KEEPALIVE = 10.0
 #: Seconds a reconnect waits at most; the pauses before grow from ``FIRST_PAUSE``.
-LONGEST_PAUSE = 5.0
+LONGEST_PAUSE = retry.MAX_PAUSE
 FIRST_PAUSE = 0.2
 #: Seconds the output of a child that exited is still offered to a service that cannot be reached.
 GIVE_UP_AFTER_EXIT = 120.0
@@ -161,12 +161,12 @@ def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutpu
             delivery.answer = client.ingest_cli_stream(run_id, format, output.body())
             return
         except LastwordAPIError as error:
-            if not _is_retried(error):
+            if not retry.is_retried(error):
                 delivery.refusal = error
                 return
             failure: BaseException = error
         except Exception as error:
-            if not _is_retried(error):
+            if not retry.is_retried(error):
                 delivery.failure = error
                 return
             failure = error
@@ -175,7 +175,7 @@ def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutpu
             return
         # A connection that lived a while was not refused at once: start the pauses again.
         failures = 1 if time.monotonic() - started > LONGEST_PAUSE else failures + 1
-        time.sleep(min(LONGEST_PAUSE, FIRST_PAUSE * 2 ** (failures - 1)))
+        time.sleep(retry.pause(FIRST_PAUSE, failures))
 
 
 def _exit_words(status: int) -> str:

@@ -5,13 +5,16 @@ builds, with the function that decodes its answer; the long polls of ``wait_resu
 ``join`` are a :class:`_Wait` and a :class:`_Join` and a stream's resume bookkeeping a
 :class:`_Resume`, all beside the core. The two
 classes only send and receive, one with blocking I/O and one awaiting it, so they cannot drift
-apart (a test compares their public methods). The transport is injectable (``transport=``), as
-in httpx.
+apart (a test compares their public methods), and every operation of the REST API has a
+method (``tests/test_client_coverage.py`` walks ``openapi/openapi.json``). The transport is
+injectable (``transport=``), as in httpx.
 
 Retries are safe because nothing is ever sent twice under a new identity: events get an
 ``eventId`` before the first attempt (a retried batch is counted as duplicates, not stored
 twice), runs get a ``runId`` before the first attempt (a retried create answers 200 with the
-same run), and ending a turn is idempotent on the server.
+same run), and ending a turn and closing a run are idempotent on the server. Starting a turn is
+not: ``next_turn`` is a ``_Call`` with ``once``, sent again only when it surely was not carried
+out. What is retried and how long each pause is comes from :mod:`lastword.client.retry`.
 """
 
 from __future__ import annotations
@@ -27,19 +30,30 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
-from tenacity import (
-    AsyncRetrying,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, Retrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from lastword.client import retry
 from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
+from lastword.client.retry import RETRIED_STATUSES, LastwordAPIError
 from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.rules.ids import new_run_id
 from lastword.rules.lifecycle import closes_run_stream
-from lastword.schemas import AppendResult, ChildrenJoin, IngestResult, Run, SubagentResult, ToolResult
+from lastword.schemas import (
+    AppendResult,
+    ChildrenJoin,
+    DeliveryList,
+    EventPage,
+    ForkOf,
+    Health,
+    IngestResult,
+    Run,
+    RunList,
+    Selection,
+    SubagentResult,
+    ToolResult,
+    TranscriptPage,
+    WebhookSpec,
+)
 
 __all__ = [
     "AsyncLastwordClient",
@@ -51,22 +65,11 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 #: Streams wait for their next message as long as it takes (keep-alives arrive meanwhile).
 STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 #: ``wait_result`` asks for at most this long per request, so a connection that died silently
 #: is noticed within a minute, whatever the caller's ``timeout``.
 WAIT_PER_REQUEST = 60.0
-
-
-class LastwordAPIError(Exception):
-    """The service answered with a problem document (or another non-2xx answer)."""
-
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
-        self.status = status
-        self.problem = dict(problem)
-        self.code = str(problem.get("code", "http_error"))
-        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
 
 
 class _Retryable(Exception):
@@ -98,6 +101,9 @@ class _Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     #: The request's time-out; None: the client's own.
     timeout: float | None = None
+    #: Not idempotent: sent again only when it surely was not carried out (the connection was
+    #: never made, or the service answered 429 or 503 before doing anything).
+    once: bool = False
 
     @property
     def retriable(self) -> bool:
@@ -121,6 +127,13 @@ class _Call(Generic[T]):
 #: or without their newline). A list or tuple is one body, retried on failure; any other iterable
 #: is streamed once, each line written as it comes (the async client also takes async iterables).
 CliLines = Iterable[str | bytes] | AsyncIterable[str | bytes]
+#: What ``push_text_stream`` takes: pieces of text, written into one request as they come.
+TextPieces = Iterable[str] | AsyncIterable[str]
+
+
+async def _atext_body(pieces: AsyncIterable[str]) -> AsyncIterator[bytes]:
+    async for piece in pieces:
+        yield piece.encode()
 
 
 def _cli_line(line: str | bytes) -> bytes:
@@ -214,6 +227,35 @@ def _turn_params(turn: int | None) -> dict[str, Any]:
     return {"turn": turn} if turn else {}
 
 
+def _text(response: httpx.Response) -> str:
+    _Core.raise_for_problem(response)
+    return response.text
+
+
+def _retried(error: BaseException) -> bool:
+    return isinstance(error, (httpx.TransportError, _Retryable))
+
+
+def _not_carried_out(error: BaseException) -> bool:
+    """For a request that must not be carried out twice: only failures that say it was not."""
+    if isinstance(error, _Retryable):
+        return error.response.status_code in (429, 503)
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
+def _wire(option: BaseModel | Mapping[str, Any] | None) -> Any:
+    """``create_run``'s ``fork_of``, ``selection`` or ``webhook`` as sent: the wire model, or its
+    fields as a mapping (camelCase, as on the wire)."""
+    if isinstance(option, BaseModel):
+        return option.model_dump(mode="json", exclude_none=True)
+    return None if option is None else dict(option)
+
+
+def _query(**params: Any) -> dict[str, Any]:
+    """Query parameters without the ones not given."""
+    return {key: value for key, value in params.items() if value is not None}
+
+
 class _Core:
     """Everything the two clients share: requests, answers, retries, time-outs."""
 
@@ -226,13 +268,16 @@ class _Core:
         self.timeout = timeout
         self.reconnects = retries if reconnects is None else reconnects
 
-    def retry_policy(self) -> dict[str, Any]:
+    def retry_policy(self, call: _Call[Any]) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.retries + 1),
-            "wait": wait_random_exponential(multiplier=self.backoff, max=5.0),
-            "retry": retry_if_exception(lambda e: isinstance(e, (httpx.TransportError, _Retryable))),
+            "wait": self._pause,
+            "retry": retry_if_exception(_not_carried_out if call.once else _retried),
             "reraise": True,
         }
+
+    def _pause(self, state: RetryCallState) -> float:
+        return retry.pause(self.backoff, state.attempt_number)
 
     def long_poll_timeout(self, wait: float) -> float:
         """A request the server may hold ``wait`` seconds gets that long plus the usual time-out."""
@@ -248,6 +293,34 @@ class _Core:
     def get_run(self, run_id: str) -> _Call[Run]:
         return _Call("GET", f"/v1/runs/{run_id}", _decoder(Run))
 
+    def list_runs(self, filters: Mapping[str, Any], include_result: bool, limit: int | None,
+                  cursor: str | None) -> _Call[RunList]:
+        params = _query(**filters, limit=limit, cursor=cursor, include="result" if include_result else None)
+        return _Call("GET", "/v1/runs", _decoder(RunList), params=params)
+
+    def next_turn(self, run_id: str) -> _Call[Run]:
+        # Not idempotent: a second start after a lost answer would be refused (the run is running).
+        return _Call("POST", f"/v1/runs/{run_id}/turns", _decoder(Run), once=True)
+
+    def close_run(self, run_id: str) -> _Call[Run]:
+        return _Call("POST", f"/v1/runs/{run_id}/close", _decoder(Run))
+
+    def events(self, run_id: str, after: int, limit: int | None) -> _Call[EventPage]:
+        return _Call("GET", f"/v1/runs/{run_id}/events", _decoder(EventPage), params=_query(after=after, limit=limit))
+
+    def messages(self, run_id: str, format: str, turn: int | None) -> _Call[TranscriptPage]:
+        return _Call("GET", f"/v1/runs/{run_id}/messages", _decoder(TranscriptPage),
+                     params={"format": format, **_turn_params(turn)})
+
+    def deliveries(self, run_id: str) -> _Call[DeliveryList]:
+        return _Call("GET", f"/v1/runs/{run_id}/deliveries", _decoder(DeliveryList))
+
+    def probe(self, path: str) -> _Call[Health]:
+        return _Call("GET", path, _decoder(Health))
+
+    def metrics(self) -> _Call[str]:
+        return _Call("GET", "/metrics", _text)
+
     def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> _Call[AppendResult]:
         return _Call("POST", f"/v1/runs/{run_id}/events", _decoder(AppendResult), json=with_event_ids(events))
 
@@ -259,6 +332,11 @@ class _Core:
     def push_text(self, run_id: str, text: str, event_id: str | None) -> _Call[AppendResult]:
         body = {"text": text, "eventId": event_id or uuid.uuid4().hex}
         return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), json=body)
+
+    def push_text_stream(self, run_id: str, body: Any) -> _Call[AppendResult]:
+        """Bare text as one ``text/plain`` request, written piece by piece (streamed once)."""
+        return _Call("POST", f"/v1/runs/{run_id}/chunks", _decoder(AppendResult), content=body,
+                     headers={"content-type": "text/plain; charset=utf-8"})
 
     def end(self, run_id: str, stop_reason: str, error: Any, cascade: bool) -> _Call[SubagentResult]:
         body: dict[str, Any] = {"stopReason": stop_reason, "cascade": cascade}
@@ -314,13 +392,19 @@ class _Core:
         return response
 
     @staticmethod
-    def decode(response: httpx.Response, model: type[M]) -> M:
+    def raise_for_problem(response: httpx.Response) -> None:
         if response.is_error:
             try:
                 problem = response.json()
             except ValueError:
+                problem = None
+            if not isinstance(problem, dict):
                 problem = {"detail": response.text}
             raise LastwordAPIError(response.status_code, problem)
+
+    @staticmethod
+    def decode(response: httpx.Response, model: type[M]) -> M:
+        _Core.raise_for_problem(response)
         return model.model_validate(response.json())
 
     # Streams.
@@ -420,7 +504,7 @@ class _Resume:
             if isinstance(error, _Retryable):
                 _problem_of_stream(error.response)
             raise error
-        pause = min(5.0, self._backoff * 2.0**self._failures)
+        pause = retry.pause(self._backoff, self._failures)
         if isinstance(error, _Retryable):
             pause = max(pause, _retry_after(error.response))
         return pause
@@ -508,23 +592,82 @@ class LastwordClient:
     def _send(self, call: _Call[T]) -> T:
         if not call.retriable:
             return call.answer(self._http.request(call.method, call.path, **call.options()))
-        for attempt in Retrying(**self._core.retry_policy()):
-            with attempt:
-                response = self._core.check(self._http.request(call.method, call.path, **call.options()))
+        try:
+            for attempt in Retrying(**self._core.retry_policy(call)):
+                with attempt:
+                    response = self._core.check(self._http.request(call.method, call.path, **call.options()))
+        except _Retryable as spent:  # the retries are spent: the last answer is the refusal
+            response = spent.response
         return call.answer(response)
 
     def create_run(
         self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
         mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+        fork_of: ForkOf | Mapping[str, Any] | None = None, selection: Selection | Mapping[str, Any] | None = None,
+        webhook: WebhookSpec | Mapping[str, Any] | None = None,
     ) -> Run:
-        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe).
+
+        ``fork_of`` continues another run's history up to a ``seq`` (SPEC §12); ``selection``
+        opts into variations of the selection rule; ``webhook`` delivers each ``subagent/end``
+        to a URL (§14). Each is its wire model or the same fields as a mapping.
+        """
         return self._send(self._core.create_run(run_id, {
             "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
-            "leaseSeconds": lease_seconds}))
+            "leaseSeconds": lease_seconds, "forkOf": _wire(fork_of), "selection": _wire(selection),
+            "webhook": _wire(webhook)}))
 
     def get_run(self, run_id: str) -> Run:
         """The run with its current turn and status."""
         return self._send(self._core.get_run(run_id))
+
+    def list_runs(
+        self, *, parent_run_id: str | None = None, status: str | None = None, agent: str | None = None,
+        stop_reason: str | None = None, include_result: bool = False, limit: int | None = None,
+        cursor: str | None = None,
+    ) -> RunList:
+        """One page of runs, newest first, filtered; pass ``nextCursor`` as ``cursor`` for the next
+        page (None on the last). ``include_result`` adds each run's latest turn (no output)."""
+        filters = {"parentRunId": parent_run_id, "status": status, "agent": agent, "stopReason": stop_reason}
+        return self._send(self._core.list_runs(filters, include_result, limit, cursor))
+
+    def next_turn(self, run_id: str) -> Run:
+        """Start the next turn of an idle continuable run. Not idempotent, so it is sent again
+        only after a failure that says it was not carried out."""
+        return self._send(self._core.next_turn(run_id))
+
+    def close_run(self, run_id: str) -> Run:
+        """Close a continuable run (an open turn ends ``cancelled`` first); closing again answers the run."""
+        return self._send(self._core.close_run(run_id))
+
+    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> EventPage:
+        """One page of the run's stored events after ``seq`` ``after``; ``nextAfter`` continues."""
+        return self._send(self._core.events(run_id, after, limit))
+
+    def messages(self, run_id: str, format: str, *, turn: int | None = None) -> TranscriptPage:
+        """The run's history as a provider-safe transcript (``anthropic`` or ``openai``; SPEC §12)
+        up to ``turn`` (default: the latest), with what was left out or added."""
+        return self._send(self._core.messages(run_id, format, turn))
+
+    def deliveries(self, run_id: str) -> DeliveryList:
+        """The run's webhook deliveries and their attempts, oldest first."""
+        return self._send(self._core.deliveries(run_id))
+
+    def health(self) -> Health:
+        """``/healthz``: the process answers."""
+        return self._send(self._core.probe("/healthz"))
+
+    def live(self) -> Health:
+        """``/livez``: the process is not stuck."""
+        return self._send(self._core.probe("/livez"))
+
+    def ready(self) -> Health:
+        """``/readyz``: the replica can serve (a 503 that outlasts the retries raises)."""
+        return self._send(self._core.probe("/readyz"))
+
+    def metrics(self) -> str:
+        """``/metrics``: the Prometheus text exposition."""
+        return self._send(self._core.metrics())
 
     def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
         """Append session events (each gets an ``eventId`` unless it has one)."""
@@ -533,6 +676,15 @@ class LastwordClient:
     def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
         """Append bare chunk text."""
         return self._send(self._core.push_text(run_id, text, event_id))
+
+    def push_text_stream(self, run_id: str, pieces: TextPieces) -> AppendResult:
+        """Append bare text as one ``text/plain`` request, each piece written the moment the
+        iterable yields it (a piece may end mid-word; the service splits nothing). Streamed once,
+        so not retried, and without ``eventId``s: prefer :meth:`push_text` or a pusher where a
+        retry must be safe."""
+        if isinstance(pieces, AsyncIterable):
+            raise TypeError("an async iterable needs AsyncLastwordClient.push_text_stream")
+        return self._send(self._core.push_text_stream(run_id, (piece.encode() for piece in pieces)))
 
     def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> Pusher:
         """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes
@@ -694,23 +846,74 @@ class AsyncLastwordClient:
     async def _send(self, call: _Call[T]) -> T:
         if not call.retriable:
             return call.answer(await self._http.request(call.method, call.path, **call.options()))
-        async for attempt in AsyncRetrying(**self._core.retry_policy()):
-            with attempt:
-                response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
+        try:
+            async for attempt in AsyncRetrying(**self._core.retry_policy(call)):
+                with attempt:
+                    response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
+        except _Retryable as spent:  # the retries are spent: the last answer is the refusal
+            response = spent.response
         return call.answer(response)
 
     async def create_run(
         self, run_id: str | None = None, *, parent_run_id: str | None = None, agent: str | None = None,
         mode: str | None = None, metadata: Mapping[str, Any] | None = None, lease_seconds: float | None = None,
+        fork_of: ForkOf | Mapping[str, Any] | None = None, selection: Selection | Mapping[str, Any] | None = None,
+        webhook: WebhookSpec | Mapping[str, Any] | None = None,
     ) -> Run:
-        """Create a run (a ``runId`` is chosen here when none is given, so a retry is safe)."""
+        """As :meth:`LastwordClient.create_run`."""
         return await self._send(self._core.create_run(run_id, {
             "parentRunId": parent_run_id, "agent": agent, "mode": mode, "metadata": metadata,
-            "leaseSeconds": lease_seconds}))
+            "leaseSeconds": lease_seconds, "forkOf": _wire(fork_of), "selection": _wire(selection),
+            "webhook": _wire(webhook)}))
 
     async def get_run(self, run_id: str) -> Run:
         """The run with its current turn and status."""
         return await self._send(self._core.get_run(run_id))
+
+    async def list_runs(
+        self, *, parent_run_id: str | None = None, status: str | None = None, agent: str | None = None,
+        stop_reason: str | None = None, include_result: bool = False, limit: int | None = None,
+        cursor: str | None = None,
+    ) -> RunList:
+        """As :meth:`LastwordClient.list_runs`."""
+        filters = {"parentRunId": parent_run_id, "status": status, "agent": agent, "stopReason": stop_reason}
+        return await self._send(self._core.list_runs(filters, include_result, limit, cursor))
+
+    async def next_turn(self, run_id: str) -> Run:
+        """As :meth:`LastwordClient.next_turn`."""
+        return await self._send(self._core.next_turn(run_id))
+
+    async def close_run(self, run_id: str) -> Run:
+        """As :meth:`LastwordClient.close_run`."""
+        return await self._send(self._core.close_run(run_id))
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> EventPage:
+        """As :meth:`LastwordClient.events`."""
+        return await self._send(self._core.events(run_id, after, limit))
+
+    async def messages(self, run_id: str, format: str, *, turn: int | None = None) -> TranscriptPage:
+        """As :meth:`LastwordClient.messages`."""
+        return await self._send(self._core.messages(run_id, format, turn))
+
+    async def deliveries(self, run_id: str) -> DeliveryList:
+        """As :meth:`LastwordClient.deliveries`."""
+        return await self._send(self._core.deliveries(run_id))
+
+    async def health(self) -> Health:
+        """As :meth:`LastwordClient.health`."""
+        return await self._send(self._core.probe("/healthz"))
+
+    async def live(self) -> Health:
+        """As :meth:`LastwordClient.live`."""
+        return await self._send(self._core.probe("/livez"))
+
+    async def ready(self) -> Health:
+        """As :meth:`LastwordClient.ready`."""
+        return await self._send(self._core.probe("/readyz"))
+
+    async def metrics(self) -> str:
+        """As :meth:`LastwordClient.metrics`."""
+        return await self._send(self._core.metrics())
 
     async def push_events(self, run_id: str, events: Iterable[Mapping[str, Any]]) -> AppendResult:
         """Append session events (each gets an ``eventId`` unless it has one)."""
@@ -719,6 +922,11 @@ class AsyncLastwordClient:
     async def push_text(self, run_id: str, text: str, *, event_id: str | None = None) -> AppendResult:
         """Append bare chunk text."""
         return await self._send(self._core.push_text(run_id, text, event_id))
+
+    async def push_text_stream(self, run_id: str, pieces: TextPieces) -> AppendResult:
+        """As :meth:`LastwordClient.push_text_stream`; an async iterable is streamed as it yields."""
+        body = _atext_body(pieces) if isinstance(pieces, AsyncIterable) else _async_of(p.encode() for p in pieces)
+        return await self._send(self._core.push_text_stream(run_id, body))
 
     def pusher(self, run_id: str, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> AsyncPusher:
         """A streaming producer for ``run_id``: ``push_text``/``push_events`` queue, a request goes

@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from lastword.client import retry
 from lastword.client.pusher import text_chunk, with_event_ids
 
 #: Seconds without a push after which the open request is ended (and so acknowledged).
@@ -90,16 +91,6 @@ class _Lines:
         self.pending[:0] = self.unacked
         self.unacked.clear()
         self._unacked_bytes = 0
-
-
-def _is_retried(error: BaseException) -> bool:
-    from lastword.client.core import RETRIED_STATUSES, LastwordAPIError  # the client imports this module
-
-    if isinstance(error, LastwordAPIError):
-        return error.status in RETRIED_STATUSES
-    import httpx
-
-    return isinstance(error, httpx.TransportError)
 
 
 AsyncSend = Callable[[AsyncIterator[bytes]], Awaitable[Any]]
@@ -197,11 +188,11 @@ class AsyncStreamPusher:
             except Exception as error:
                 lines.failed()
                 failures += 1
-                if not _is_retried(error) or failures >= self._attempts:
+                if not retry.is_retried(error) or failures >= self._attempts:
                     lines.error = error  # kept for the caller's next call; the lines stay kept
                     self._done.set()
                     return
-                await asyncio.sleep(self._backoff * 2 ** (failures - 1))
+                await asyncio.sleep(retry.pause(self._backoff, failures))
                 continue
             failures = 0
             lines.acknowledged()
@@ -305,11 +296,11 @@ class StreamPusher:
                 with self._changed:
                     lines.failed()
                     failures += 1
-                    if not _is_retried(error) or failures >= self._attempts:
+                    if not retry.is_retried(error) or failures >= self._attempts:
                         lines.error = error
                         self._changed.notify_all()
                         return
-                time.sleep(self._backoff * 2 ** (failures - 1))
+                time.sleep(retry.pause(self._backoff, failures))
                 continue
             failures = 0
             with self._changed:

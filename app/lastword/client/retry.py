@@ -1,0 +1,48 @@
+"""What the clients retry and how long they pause between tries: one policy for every sender.
+
+A request retried after a lost connection or a 429/502/503/504 (:mod:`lastword.client.core`,
+through tenacity), a stream reconnecting after a dropped connection, and the stream pusher
+resending what a failed request carried (:mod:`lastword.client.stream_pusher`) all wait
+:func:`pause` seconds, and all raise :class:`LastwordAPIError` for a refusal. The module
+imports no other module of the client, so both of those can import it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+__all__ = ["MAX_PAUSE", "RETRIED_STATUSES", "LastwordAPIError", "is_retried", "pause"]
+
+#: Answers that mean "try again": too many requests, or a replica that is away or draining.
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+#: The longest pause between two tries, however many failed before.
+MAX_PAUSE = 5.0
+
+
+class LastwordAPIError(Exception):
+    """The service answered with a problem document (or another non-2xx answer)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.code = str(problem.get("code", "http_error"))
+        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
+
+
+def pause(backoff: float, failures: int) -> float:
+    """Seconds to wait after the ``failures``-th failure in a row (1 for the first): doubling
+    from ``backoff``, at most :data:`MAX_PAUSE`, and jittered down by up to a half so that
+    clients that failed together do not all come back together."""
+    full = min(MAX_PAUSE, backoff * 2.0 ** max(0, failures - 1))
+    return random.uniform(full / 2, full)
+
+
+def is_retried(error: BaseException) -> bool:
+    """Whether a failed try is worth another: a transport error, or a refusal with a retried status."""
+    if isinstance(error, LastwordAPIError):
+        return error.status in RETRIED_STATUSES
+    return isinstance(error, httpx.TransportError)
