@@ -41,6 +41,7 @@ from lastword.http.api import event_schema_components
 from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
+from lastword.http.docs_pages import router as docs_router
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
@@ -186,12 +187,16 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         version=__version__,
         description="Keeps a subagent's last word: one selection rule, served over REST and SSE.",
         lifespan=lifespan,
+        # FastAPI's pages load their scripts from a CDN; ours serve them from a package.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.include_router(api_router)
     app.include_router(stream_router)
     app.include_router(dashboard_router)
+    app.include_router(docs_router)
     app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
