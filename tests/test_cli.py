@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +33,30 @@ def test_help_says_what_it_does_with_an_example(command: str) -> None:
     shown = lastword(command, "--help")
     assert shown.returncode == 0
     assert "example" in shown.stdout.decode()
+
+
+@pytest.mark.parametrize("columns", ["60", "100"])
+def test_help_wraps_at_spaces_and_shows_each_example_on_a_line(columns: str) -> None:
+    """--help never splits a word at its hyphen (scenario names, options stay whole) and shows each
+    example on a line of its own, never two joined by ` | ` as if piped."""
+    from lastword.cli.demo import SCENARIOS
+
+    env = {**os.environ, "COLUMNS": columns}
+    for command in [[], *([name] for name in COMMANDS)]:
+        shown = subprocess.run([sys.executable, "-m", "lastword.cli", *command, "--help"], capture_output=True,
+                               text=True, env=env, timeout=30, check=True).stdout
+        joined = [line for line in shown.splitlines() if line.count("lastword ") > 1]
+        assert joined == [], command
+        broken = [line for line in shown.splitlines() if re.search(r"\w-$", line)]
+        assert broken == [], command
+        if command == ["demo"]:
+            assert all(name in shown for name in SCENARIOS), shown
+    examples = {"tail": ["lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"],
+                "push": ["lastword push RUN < events.ndjson", "echo hello | lastword push RUN --text"]}
+    for command, lines in examples.items():
+        shown = subprocess.run([sys.executable, "-m", "lastword.cli", command, "--help"], capture_output=True,
+                               text=True, env=env, timeout=30, check=True).stdout
+        assert all(line in [row.strip() for row in shown.splitlines()] for line in lines), shown
 
 
 def test_push_events_then_result(api: httpx.Client, base_url: str) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import functools
 import gc
 import io
 import json
 import os
 import signal
 import sys
+import textwrap
 from typing import Any, cast
 
 import httpx
@@ -235,20 +237,45 @@ def _add_remote(parser: argparse.ArgumentParser) -> None:
                         help="bearer token (default: $LASTWORD_TOKEN)")
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help, wrapped at spaces only (a scenario name such as ``max-tokens-partial`` or
+    an option is never split at its hyphen), keeping a description's or epilog's own line breaks:
+    a line indented there (an example) is shown as written, on a line of its own."""
+
+    def _wrap(self, text: str, width: int, indent: str = "") -> list[str]:
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), max(width, 20), initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return self._wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        for line in text.splitlines():
+            lines.extend([indent + line] if line.startswith(" ") else self._wrap(line, width, indent))
+        return "\n".join(lines)
+
+
+def _examples(*commands: str) -> str:
+    return ("example:" if len(commands) == 1 else "examples:") + "".join(f"\n  {command}" for command in commands)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lastword",
+        formatter_class=_Help,
         description="Keeps a subagent's last word.",
         epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
     )
     parser.add_argument("--version", action="version", version=f"lastword {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_command = functools.partial(subparsers.add_parser, formatter_class=_Help)
 
-    serve = commands.add_parser(
+    serve = add_command(
         "serve",
         help="run the service",
         description="Run the HTTP service. Configuration comes from LASTWORD_* variables.",
-        epilog="example: LASTWORD_PORT=8080 lastword serve",
+        epilog=_examples("LASTWORD_PORT=8080 lastword serve"),
     )
     serve.add_argument("--host", help="overrides LASTWORD_HOST")
     serve.add_argument("--port", type=int, help="overrides LASTWORD_PORT")
@@ -256,11 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from lastword.cli.demo import SCENARIOS
 
-    demo = commands.add_parser(
+    demo = add_command(
         "demo",
         help="play a scripted child run against a running service",
         description="Drive a running service over HTTP as a child runtime would; prints the run id.",
-        epilog="example: lastword demo max-tokens-partial --url http://127.0.0.1:8000",
+        epilog=_examples("lastword demo max-tokens-partial --url http://127.0.0.1:8000"),
     )
     demo.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO",
                       help="one of: " + ", ".join(sorted(SCENARIOS)))
@@ -268,23 +295,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(demo)
     demo.set_defaults(handler=_demo)
 
-    tail = commands.add_parser(
+    tail = add_command(
         "tail",
         help="follow one run or every run in the terminal",
         description="Follow a run: its start, its live text, its end with the stop reason. "
         "Without RUN, follow every run's starts and ends.",
-        epilog="examples: lastword tail 01J9Z3...   |   lastword tail --parent parent-run-id",
+        epilog=_examples("lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"),
     )
     tail.add_argument("run", nargs="?", metavar="RUN", help="the run to follow (default: all runs)")
     tail.add_argument("--parent", help="with no RUN: only children of this run")
     _add_remote(tail)
     tail.set_defaults(handler=_tail)
 
-    result = commands.add_parser(
+    result = add_command(
         "result",
         help="print a run's result (or its tool result)",
         description="Print the latest turn's SubagentResult as JSON; --wait blocks until the turn ends.",
-        epilog="example: lastword result 01J9Z3... --wait 60",
+        epilog=_examples("lastword result 01J9Z3... --wait 60"),
     )
     result.add_argument("run", metavar="RUN")
     result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
@@ -292,12 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(result)
     result.set_defaults(handler=_result)
 
-    push = commands.add_parser(
+    push = add_command(
         "push",
         help="push NDJSON events or plain text from stdin into a run",
         description="Read NDJSON events (one per line) from stdin and append them in batches; "
         "with --text, append stdin as bare chunk text. Events get eventIds, so retries are safe.",
-        epilog="examples: lastword push RUN < events.ndjson   |   echo hello | lastword push RUN --text",
+        epilog=_examples("lastword push RUN < events.ndjson", "echo hello | lastword push RUN --text"),
     )
     push.add_argument("run", metavar="RUN")
     push.add_argument("--text", action="store_true", help="stdin is plain text, not NDJSON events")
@@ -305,13 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(push)
     push.set_defaults(handler=_push)
 
-    audit = commands.add_parser(
+    audit = add_command(
         "audit",
         help="report what the provider-safe transcript had to omit or repair, per run",
         description="Read the runs created in the last HOURS through the API and report, per run and "
         "format, what GET /v1/runs/{id}/messages left out (empty messages, blank text, unsigned "
         "reasoning, unknown results, ...) and what it added (answers to interrupted tool calls, ...).",
-        epilog="example: lastword audit --url http://127.0.0.1:8000 --since 6",
+        epilog=_examples("lastword audit --url http://127.0.0.1:8000 --since 6"),
     )
     audit.add_argument("--since", type=float, default=24.0, metavar="HOURS",
                        help="audit runs created in the last HOURS hours (default 24)")
@@ -322,16 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
     from lastword.cli.run import FORMATS, FORMATS_BY_COMMAND
 
-    run = commands.add_parser(
+    run = add_command(
         "run",
         help="run an agent CLI as a child and keep its last word",
         description="Create a run, start COMMAND, stream its standard output into the run as it is "
         "printed (sent again from the start after a lost connection: nothing is lost or stored twice), "
         "and when it exits print the selected output. Standard input and error are COMMAND's own; "
         "SIGINT and SIGTERM are passed on to it and end the turn cancelled.",
-        epilog="example: lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
-        "--output-format stream-json --verbose.   exit statuses: "
-        + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
+        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
+                         "--output-format stream-json --verbose")
+        + "\nexit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
     )
     run.add_argument("--run-id", help="the run's id (default: a new one)")
     run.add_argument("--parent", metavar="ID", help="the parent run's id")
