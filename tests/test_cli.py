@@ -53,8 +53,8 @@ def test_help_wraps_at_spaces_and_shows_each_example_on_a_line(columns: str) -> 
             assert all(name in shown for name in SCENARIOS), shown
     examples = {"tail": ["lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"],
                 "push": ["lastword push RUN < events.ndjson", "echo hello | lastword push RUN --text"]}
-    for command, lines in examples.items():
-        shown = subprocess.run([sys.executable, "-m", "lastword.cli", command, "--help"], capture_output=True,
+    for name, lines in examples.items():
+        shown = subprocess.run([sys.executable, "-m", "lastword.cli", name, "--help"], capture_output=True,
                                text=True, env=env, timeout=30, check=True).stdout
         assert all(line in [row.strip() for row in shown.splitlines()] for line in lines), shown
 
