@@ -10,12 +10,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from lastword import __version__
 
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, threaded_server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,6 +147,63 @@ def test_a_service_that_is_not_there_is_one_line_and_exit_4(command: list[str]) 
     refused = lastword(*command, "--url", url, stdin=b"{}")
     assert refused.returncode == 4
     assert one_line_error(refused).startswith(f"lastword {command[0]}: cannot reach the service at {url}")
+
+
+@pytest.fixture
+def guarded_url(make_settings: Any) -> Iterator[str]:
+    with threaded_server(make_settings(ingest_token="in-secret", read_token="read-secret")) as url:
+        yield url
+
+
+#: Every command that talks to a service, with what it needs besides --url and --token.
+REMOTE = [["demo", "completed"], ["audit"], ["result", "r1"], ["tail", "r1"], ["push", "r1", "--text"],
+          ["run", "--format", "claude-code", "--", sys.executable, "-c", "pass"]]
+
+
+def remote(command: list[str], *options: str) -> list[str]:
+    """``command`` with ``options`` added, before the ``--`` that starts a child's command line."""
+    at = command.index("--") if "--" in command else len(command)
+    return [*command[:at], *options, *command[at:]]
+
+
+@pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
+def test_every_command_says_a_refusal_in_one_style(guarded_url: str, command: list[str]) -> None:
+    """A refusal is `lastword <cmd>: <status> <code>: <detail>` on one line, whichever command met
+    it (demo and audit too), and exit status 1 (lastword run: its own 7)."""
+    refused = lastword(*remote(command, "--url", guarded_url, "--token", "wrong"), stdin=b"x")
+    assert refused.returncode == (7 if command[0] == "run" else 1), refused.stderr
+    line = one_line_error(refused)
+    assert re.fullmatch(rf"lastword {command[0]}: 401 invalid_token: \S.*", line), line
+
+
+@pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
+def test_a_url_without_scheme_is_a_usage_error(command: list[str]) -> None:
+    """--url 127.0.0.1:8000 (no scheme) is a bad command line (exit 2) naming the form to use, not
+    a service that cannot be reached."""
+    refused = lastword(*remote(command, "--url", "127.0.0.1:8000"), stdin=b"x")
+    assert refused.returncode == 2, refused.stderr
+    err = refused.stderr.decode()
+    assert "Traceback" not in err
+    assert "http://127.0.0.1:8000" in err, err
+
+
+def test_the_other_failures_name_their_command(api: httpx.Client, base_url: str) -> None:
+    """A line of push's input that is not JSON (exit 2) and a tool result still running (exit 3)
+    are one line that starts `lastword <cmd>:` too."""
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    bad = lastword("push", run, "--url", base_url, stdin=b"{}\nnot json\n")
+    assert bad.returncode == 2
+    assert one_line_error(bad).startswith("lastword push: line 2: not JSON"), bad.stderr
+    running = lastword("result", run, "--tool", "--url", base_url)
+    assert running.returncode == 3
+    assert one_line_error(running) == "lastword result: the turn is still running"
+
+
+def test_a_url_ending_in_v1_says_to_leave_it_out(base_url: str) -> None:
+    """--url http://…/v1 is a usage error that says to give the service's base URL, without /v1."""
+    refused = lastword("result", "r1", "--url", f"{base_url}/v1")
+    assert refused.returncode == 2, refused.stderr
+    assert f"without /v1 ({base_url})" in refused.stderr.decode(), refused.stderr
 
 
 @pytest.fixture

@@ -7,7 +7,10 @@ runs an agent CLI as a child and keeps its output (:mod:`lastword.cli.run`).
 
 A refusal by the service or a service that cannot be reached is one line on stderr and an
 exit status (see ``EXIT_STATUSES``; ``run`` has its own, ``lastword.cli.run.EXIT_STATUSES``),
-never a traceback: the command is used from scripts.
+never a traceback: the command is used from scripts. Every command says a refusal the same way,
+``lastword <cmd>: <status> <code>: <detail>``, whether it met it through the client or, as
+``demo`` and ``audit`` do, through plain httpx. A ``--url`` without its scheme, or one that ends
+in the API's ``/v1``, is a bad command line (2), said before anything is sent.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import signal
 import sys
 import textwrap
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -77,15 +81,9 @@ def _demo(args: argparse.Namespace) -> int:
     from lastword.cli.demo import SCENARIOS, run_scenario
 
     if args.scenario not in SCENARIOS:
-        print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
+        print(f"lastword demo: unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    try:
-        run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
-    except httpx.HTTPStatusError as error:
-        detail = error.response.text.strip() or error.response.reason_phrase
-        print(f"lastword demo: {error.request.method} {error.request.url} answered "
-              f"{error.response.status_code}: {detail}", file=sys.stderr)
-        return REFUSED
+    run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
     print(run_id)
     return 0
 
@@ -96,13 +94,8 @@ def _audit(args: argparse.Namespace) -> int:
     from lastword.cli.audit import audit_runs, report_lines
 
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    try:
-        with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
-            audits = audit_runs(client, since_hours=args.since, now=time.time())
-    except httpx.HTTPStatusError as error:
-        print(f"lastword audit: {error.request.method} {error.request.url} answered "
-              f"{error.response.status_code}: {error.response.text.strip()}", file=sys.stderr)
-        return REFUSED
+    with httpx.Client(base_url=args.url, headers=headers, timeout=60) as client:
+        audits = audit_runs(client, since_hours=args.since, now=time.time())
     if args.json:
         print(json.dumps([
             {"runId": a.run_id, "agent": a.agent, "status": a.status,
@@ -155,7 +148,7 @@ def _result(args: argparse.Namespace) -> int:
         if args.tool:
             tool = client.tool_result(args.run, wait=args.wait or 0.0)
             if tool is None:
-                print("the turn is still running", file=sys.stderr)
+                print("lastword result: the turn is still running", file=sys.stderr)
                 return 3
             print(tool.model_dump_json(indent=2))
             return 0
@@ -191,7 +184,7 @@ def _push(args: argparse.Namespace) -> int:
             try:
                 batch.append(json.loads(line))
             except ValueError as error:
-                print(f"line {number}: not JSON: {error}", file=sys.stderr)
+                print(f"lastword push: line {number}: not JSON: {error}", file=sys.stderr)
                 return 2
             if len(batch) >= args.batch:
                 answer = client.push_events(args.run, batch)
@@ -230,8 +223,22 @@ def _run(args: argparse.Namespace) -> int:
     return outcome.status
 
 
+def _service_url(text: str) -> str:
+    """``--url``: the service's base URL, with its scheme and without the API's ``/v1``."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        example = "http://" + text.split("://")[-1]
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. {example})")
+    path = parts.path.rstrip("/")
+    if path == "/v1" or path.endswith("/v1"):
+        base = urlunsplit((parts.scheme, parts.netloc, path.removesuffix("/v1"), "", ""))
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names the API, not the service: give its base URL, without /v1 ({base})")
+    return text
+
+
 def _add_remote(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
+    parser.add_argument("--url", type=_service_url, default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
                         help="the service's base URL (default: $LASTWORD_URL or http://127.0.0.1:8000)")
     parser.add_argument("--token", default=os.environ.get("LASTWORD_TOKEN"),
                         help="bearer token (default: $LASTWORD_TOKEN)")
@@ -374,6 +381,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refusal(error: httpx.HTTPStatusError) -> LastwordAPIError:
+    """A refusal met through plain httpx (``demo``, ``audit``) as the client would raise it."""
+    try:
+        problem = error.response.json()
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):
+        problem = {"detail": error.response.text.strip() or error.response.reason_phrase}
+    return LastwordAPIError(error.response.status_code, problem)
+
+
 def _problem_line(error: LastwordAPIError) -> str:
     detail = error.problem.get("detail") or error.problem.get("title") or ""
     return f"{error.status} {error.code}" + (f": {detail}" if detail else "")
@@ -390,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except LastwordAPIError as error:
         print(f"lastword {args.command}: {_problem_line(error)}", file=sys.stderr)
+        return REFUSED
+    except httpx.HTTPStatusError as error:
+        print(f"lastword {args.command}: {_problem_line(_refusal(error))}", file=sys.stderr)
         return REFUSED
     except httpx.TransportError as error:
         print(f"lastword {args.command}: {_unreachable_line(args.url, error)}", file=sys.stderr)
