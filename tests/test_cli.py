@@ -107,6 +107,35 @@ def test_tail_follows_a_run_to_its_end(api: httpx.Client, base_url: str) -> None
     assert f"[{run}] end turn 1: max_tokens" in out.decode()
 
 
+def test_tail_waits_for_a_run_that_does_not_exist_yet(api: httpx.Client, base_url: str) -> None:
+    """tail of a run not created yet waits for it (saying so on stderr), then prints the run
+    from its start: the text pushed before it looked again, and the end."""
+    run = f"later-{time.monotonic_ns()}"
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", base_url],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    assert process.stderr.readline().decode() == f"lastword tail: waiting for run {run} to be created\n"
+    api.post("/v1/runs", json={"runId": run, "agent": "late"}).raise_for_status()
+    for piece in ("Hello, ", "world"):
+        api.post(f"/v1/runs/{run}/chunks", json={"text": piece}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "max_tokens"}).raise_for_status()
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert f"[{run}] start turn 1 agent=late" in out.decode()
+    assert "Hello, world" in out.decode()
+    assert f"[{run}] end turn 1: max_tokens" in out.decode()
+
+
+def test_tail_of_an_ended_run_prints_it_from_its_start(api: httpx.Client, base_url: str) -> None:
+    """tail of a run that has already ended prints its text and its end, not only that it ended."""
+    run = api.post("/v1/runs", json={"agent": "done"}).json()["runId"]
+    api.post(f"/v1/runs/{run}/chunks", json={"text": "Hello, world"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+    shown = lastword("tail", run, "--url", base_url)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.decode() == f"[{run}] start turn 1 agent=done\nHello, world\n[{run}] end turn 1: completed\n"
+
+
 def test_version() -> None:
     """--version prints the package version."""
     shown = lastword("--version")
@@ -123,10 +152,9 @@ def one_line_error(process: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def test_refusals_are_one_line_and_exit_1(api: httpx.Client, base_url: str) -> None:
-    """A 404 (result, tail of an unknown run) or a 409 (push into an ended turn) is one line on
+    """A 404 (result of an unknown run) or a 409 (push into an ended turn) is one line on
     stderr naming the status and code, and exit status 1."""
-    for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["tail", "no-such-run"],
-                    ["push", "no-such-run", "--text"]):
+    for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["push", "no-such-run", "--text"]):
         refused = lastword(*command, "--url", base_url, stdin=b"x")
         assert refused.returncode == 1, command
         assert one_line_error(refused).startswith(f"lastword {command[0]}: 404 run_not_found"), command

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,6 +33,7 @@ import httpx
 
 from lastword import __version__
 from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.schemas import Run
 from lastword.settings import Settings
 
 #: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means (``run``: its stop reason).
@@ -48,6 +50,8 @@ REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
 CLI_RETRIES = 2
 #: A ``tail`` that was following a stream waits out a server restart of any length.
 TAIL_RECONNECTS = 1_000_000
+#: How often ``tail`` looks again for a run that does not exist yet.
+TAIL_POLL_SECONDS = 0.25
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -89,7 +93,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    import time
 
     from lastword.cli.audit import audit_runs, report_lines
 
@@ -119,7 +122,12 @@ def _tail(args: argparse.Namespace) -> int:
         if args.run is None:
             messages = client.stream_all(parent_run_id=args.parent)
         else:
-            messages = client.stream(args.run, include_chunks=True)
+            # A run that was not there at first, or that has already ended, is printed from its
+            # start: nothing it said before this tail saw it is missed. A running one: its
+            # snapshot, then live.
+            found = _wait_for_run(client, args.run)
+            after = None if found is not None and found.status != "ended" else 0
+            messages = client.stream(args.run, include_chunks=True, after=after)
         try:
             for message in messages:
                 data = message.data
@@ -141,6 +149,23 @@ def _tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return INTERRUPTED
     return 0
+
+
+def _wait_for_run(client: LastwordClient, run_id: str) -> Run | None:
+    """Return once the run exists: the run if it did at the first look, None if it had to be
+    waited for (a tail may start before the run is created, as in the README's two-replica block)."""
+    waited = False
+    while True:
+        try:
+            run = client.get_run(run_id)
+            return None if waited else run
+        except LastwordAPIError as error:
+            if error.code != "run_not_found":
+                raise
+        if not waited:
+            print(f"lastword tail: waiting for run {run_id} to be created", file=sys.stderr, flush=True)
+            waited = True
+        time.sleep(TAIL_POLL_SECONDS)
 
 
 def _result(args: argparse.Namespace) -> int:
@@ -306,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tail",
         help="follow one run or every run in the terminal",
         description="Follow a run: its start, its live text, its end with the stop reason. "
+        "A RUN that does not exist yet is waited for; it, or one that has already ended, is printed "
+        "from its start. "
         "Without RUN, follow every run's starts and ends.",
         epilog=_examples("lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"),
     )
