@@ -128,6 +128,22 @@ async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecor
     return (await service.result(run_id, turn, 0))[1]
 
 
+class StartupRefused(Exception):
+    """The lifespan cannot start; why is already logged, in one line."""
+
+
+class _QuietRefusal(logging.Filter):
+    """Drops what uvicorn logs after a :class:`StartupRefused`: the traceback starlette hands it
+    and "Application startup failed. Exiting." (the exit status, 3, says that)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (StartupRefused.__name__ in message or message.startswith("Application startup failed"))
+
+
+_QUIET_REFUSAL = _QuietRefusal()
+
+
 def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
     """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
     timestamps and retention are reckoned by: tests pass one they advance themselves."""
@@ -139,9 +155,10 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         try:
             await store.open()
         except Unavailable as error:
-            # One line that says what to do, ahead of the framework's traceback.
+            # One line that says what to do, and nothing after it but the exit status.
             log.error("cannot start: %s", error.detail)
-            raise
+            logging.getLogger("uvicorn.error").addFilter(_QUIET_REFUSAL)
+            raise StartupRefused(error.detail) from None
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
                              webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
