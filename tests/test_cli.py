@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from lastword import __version__
 
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, threaded_server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,6 +34,30 @@ def test_help_says_what_it_does_with_an_example(command: str) -> None:
     shown = lastword(command, "--help")
     assert shown.returncode == 0
     assert "example" in shown.stdout.decode()
+
+
+@pytest.mark.parametrize("columns", ["60", "100"])
+def test_help_wraps_at_spaces_and_shows_each_example_on_a_line(columns: str) -> None:
+    """--help never splits a word at its hyphen (scenario names, options stay whole) and shows each
+    example on a line of its own, never two joined by ` | ` as if piped."""
+    from lastword.cli.demo import SCENARIOS
+
+    env = {**os.environ, "COLUMNS": columns}
+    for command in [[], *([name] for name in COMMANDS)]:
+        shown = subprocess.run([sys.executable, "-m", "lastword.cli", *command, "--help"], capture_output=True,
+                               text=True, env=env, timeout=30, check=True).stdout
+        joined = [line for line in shown.splitlines() if line.count("lastword ") > 1]
+        assert joined == [], command
+        broken = [line for line in shown.splitlines() if re.search(r"\w-$", line)]
+        assert broken == [], command
+        if command == ["demo"]:
+            assert all(name in shown for name in SCENARIOS), shown
+    examples = {"tail": ["lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"],
+                "push": ["lastword push RUN < events.ndjson", "echo hello | lastword push RUN --text"]}
+    for name, lines in examples.items():
+        shown = subprocess.run([sys.executable, "-m", "lastword.cli", name, "--help"], capture_output=True,
+                               text=True, env=env, timeout=30, check=True).stdout
+        assert all(line in [row.strip() for row in shown.splitlines()] for line in lines), shown
 
 
 def test_push_events_then_result(api: httpx.Client, base_url: str) -> None:
@@ -80,6 +107,35 @@ def test_tail_follows_a_run_to_its_end(api: httpx.Client, base_url: str) -> None
     assert f"[{run}] end turn 1: max_tokens" in out.decode()
 
 
+def test_tail_waits_for_a_run_that_does_not_exist_yet(api: httpx.Client, base_url: str) -> None:
+    """tail of a run not created yet waits for it (saying so on stderr), then prints the run
+    from its start: the text pushed before it looked again, and the end."""
+    run = f"later-{time.monotonic_ns()}"
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", base_url],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    assert process.stderr.readline().decode() == f"lastword tail: waiting for run {run} to be created\n"
+    api.post("/v1/runs", json={"runId": run, "agent": "late"}).raise_for_status()
+    for piece in ("Hello, ", "world"):
+        api.post(f"/v1/runs/{run}/chunks", json={"text": piece}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "max_tokens"}).raise_for_status()
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert f"[{run}] start turn 1 agent=late" in out.decode()
+    assert "Hello, world" in out.decode()
+    assert f"[{run}] end turn 1: max_tokens" in out.decode()
+
+
+def test_tail_of_an_ended_run_prints_it_from_its_start(api: httpx.Client, base_url: str) -> None:
+    """tail of a run that has already ended prints its text and its end, not only that it ended."""
+    run = api.post("/v1/runs", json={"agent": "done"}).json()["runId"]
+    api.post(f"/v1/runs/{run}/chunks", json={"text": "Hello, world"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+    shown = lastword("tail", run, "--url", base_url)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.decode() == f"[{run}] start turn 1 agent=done\nHello, world\n[{run}] end turn 1: completed\n"
+
+
 def test_version() -> None:
     """--version prints the package version."""
     shown = lastword("--version")
@@ -96,10 +152,9 @@ def one_line_error(process: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def test_refusals_are_one_line_and_exit_1(api: httpx.Client, base_url: str) -> None:
-    """A 404 (result, tail of an unknown run) or a 409 (push into an ended turn) is one line on
+    """A 404 (result of an unknown run) or a 409 (push into an ended turn) is one line on
     stderr naming the status and code, and exit status 1."""
-    for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["tail", "no-such-run"],
-                    ["push", "no-such-run", "--text"]):
+    for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["push", "no-such-run", "--text"]):
         refused = lastword(*command, "--url", base_url, stdin=b"x")
         assert refused.returncode == 1, command
         assert one_line_error(refused).startswith(f"lastword {command[0]}: 404 run_not_found"), command
@@ -120,6 +175,63 @@ def test_a_service_that_is_not_there_is_one_line_and_exit_4(command: list[str]) 
     refused = lastword(*command, "--url", url, stdin=b"{}")
     assert refused.returncode == 4
     assert one_line_error(refused).startswith(f"lastword {command[0]}: cannot reach the service at {url}")
+
+
+@pytest.fixture
+def guarded_url(make_settings: Any) -> Iterator[str]:
+    with threaded_server(make_settings(ingest_token="in-secret", read_token="read-secret")) as url:
+        yield url
+
+
+#: Every command that talks to a service, with what it needs besides --url and --token.
+REMOTE = [["demo", "completed"], ["audit"], ["result", "r1"], ["tail", "r1"], ["push", "r1", "--text"],
+          ["run", "--format", "claude-code", "--", sys.executable, "-c", "pass"]]
+
+
+def remote(command: list[str], *options: str) -> list[str]:
+    """``command`` with ``options`` added, before the ``--`` that starts a child's command line."""
+    at = command.index("--") if "--" in command else len(command)
+    return [*command[:at], *options, *command[at:]]
+
+
+@pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
+def test_every_command_says_a_refusal_in_one_style(guarded_url: str, command: list[str]) -> None:
+    """A refusal is `lastword <cmd>: <status> <code>: <detail>` on one line, whichever command met
+    it (demo and audit too), and exit status 1 (lastword run: its own 7)."""
+    refused = lastword(*remote(command, "--url", guarded_url, "--token", "wrong"), stdin=b"x")
+    assert refused.returncode == (7 if command[0] == "run" else 1), refused.stderr
+    line = one_line_error(refused)
+    assert re.fullmatch(rf"lastword {command[0]}: 401 invalid_token: \S.*", line), line
+
+
+@pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
+def test_a_url_without_scheme_is_a_usage_error(command: list[str]) -> None:
+    """--url 127.0.0.1:8000 (no scheme) is a bad command line (exit 2) naming the form to use, not
+    a service that cannot be reached."""
+    refused = lastword(*remote(command, "--url", "127.0.0.1:8000"), stdin=b"x")
+    assert refused.returncode == 2, refused.stderr
+    err = refused.stderr.decode()
+    assert "Traceback" not in err
+    assert "http://127.0.0.1:8000" in err, err
+
+
+def test_the_other_failures_name_their_command(api: httpx.Client, base_url: str) -> None:
+    """A line of push's input that is not JSON (exit 2) and a tool result still running (exit 3)
+    are one line that starts `lastword <cmd>:` too."""
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    bad = lastword("push", run, "--url", base_url, stdin=b"{}\nnot json\n")
+    assert bad.returncode == 2
+    assert one_line_error(bad).startswith("lastword push: line 2: not JSON"), bad.stderr
+    running = lastword("result", run, "--tool", "--url", base_url)
+    assert running.returncode == 3
+    assert one_line_error(running) == "lastword result: the turn is still running"
+
+
+def test_a_url_ending_in_v1_says_to_leave_it_out(base_url: str) -> None:
+    """--url http://…/v1 is a usage error that says to give the service's base URL, without /v1."""
+    refused = lastword("result", "r1", "--url", f"{base_url}/v1")
+    assert refused.returncode == 2, refused.stderr
+    assert f"without /v1 ({base_url})" in refused.stderr.decode(), refused.stderr
 
 
 @pytest.fixture

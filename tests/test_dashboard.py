@@ -304,6 +304,38 @@ def test_filters_search_link_and_keyboard(browser: Any, tmp_path: Path) -> None:
             tab.close()
 
 
+def test_stop_icons_are_drawn_and_long_agent_names_can_be_read(browser: Any, tmp_path: Path) -> None:
+    """Every stop reason's icon is inline SVG, drawn whatever fonts the system has (no symbol
+    glyph such as U+29D7 that shows as an empty box), in the row and in the selected run's verdict;
+    an agent name cut short in its row has the whole name as a tooltip."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    reasons = ("completed", "max_tokens", "max_turns", "cancelled", "timeout", "error", "refusal")
+    long_name = "research-assistant-for-the-quarterly-infrastructure-cost-review"
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        for reason in reasons:
+            run_id = create_run(api, runId=f"run-{reason}", agent=long_name if reason == "timeout" else "writer")
+            assert api.post(f"/v1/runs/{run_id}/end", json={"stopReason": reason}).status_code == 200
+        tab = Tab(browser, url + "/dashboard#run=run-timeout")
+        page = tab.page
+        try:
+            expect(page.locator("#tree > li")).to_have_count(len(reasons))
+            for reason in reasons:
+                badge = tab.row(f"run-{reason}").locator(".badge").nth(1)
+                expect(badge.locator("svg")).to_have_count(1)
+                box = badge.locator("svg").bounding_box()
+                assert box is not None and box["width"] > 0 and box["height"] > 0, reason
+                text: str = badge.evaluate("node => node.textContent")
+                assert text.isascii(), (reason, text)
+            expect(page.locator("#d-verdict")).to_contain_text("Timed out")
+            expect(page.locator("#d-verdict svg")).to_have_count(1)
+            assert page.locator("#d-verdict").evaluate("node => node.textContent").isascii()
+            agent = tab.row("run-timeout").locator(".agent")
+            expect(agent).to_have_attribute("title", long_name)
+            assert agent.evaluate("node => node.scrollWidth > node.clientWidth"), "the name is not cut: a longer one"
+        finally:
+            tab.close()
+
+
 def test_the_transcript_is_shown_where_the_server_has_one(browser: Any, tmp_path: Path) -> None:
     """An ended run shows its transcript when the server answers GET …/messages, and the page
     does without it (the section stays hidden, nothing breaks) on a server that does not."""

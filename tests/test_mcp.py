@@ -13,6 +13,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from lastword import __version__
 from lastword.cli.demo import run_scenario
 from mcp import Client
 from mcp.client._transport import Transport
@@ -58,6 +59,14 @@ def test_the_mcp_sdk_is_loaded_only_when_mcp_is_first_called() -> None:
             "print('mcp' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_the_server_names_itself_with_the_package_version(base_url: str) -> None:
+    """The MCP handshake says which lastword answers: its name and the package's version."""
+    async with mcp_client(base_url) as client:
+        info = client.server_info
+    assert info is not None
+    assert (info.name, info.version) == ("lastword", __version__)
 
 
 async def test_tools_are_listed_with_descriptions_and_schemas(base_url: str) -> None:

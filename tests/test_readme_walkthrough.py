@@ -93,7 +93,7 @@ def test_the_two_replica_block_runs_on_postgres() -> None:
             connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
     assert process.returncode == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    run = re.search(r'"runId":"(two-\d+)"', out)
+    # Whichever of tail and demo gets there first, tail prints the whole answer and the end.
+    run = re.search(r"\[(two-\d+)\] end turn 1: completed", out)
     assert run is not None, out
-    # tail either saw the run end live, or (if it connected after the end) its final snapshot.
-    assert f"[{run[1]}] end turn 1: completed" in out or f"[{run[1]}] turn 1 ended" in out, out
+    assert "The build fails because the lockfile pins an old resolver." in out, out

@@ -41,6 +41,7 @@ from lastword.http.api import event_schema_components
 from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
+from lastword.http.docs_pages import router as docs_router
 from lastword.http.ds import router as ds_router
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
@@ -129,6 +130,22 @@ async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecor
     return (await service.result(run_id, turn, 0))[1]
 
 
+class StartupRefused(Exception):
+    """The lifespan cannot start; why is already logged, in one line."""
+
+
+class _QuietRefusal(logging.Filter):
+    """Drops what uvicorn logs after a :class:`StartupRefused`: the traceback starlette hands it
+    and "Application startup failed. Exiting." (the exit status, 3, says that)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (StartupRefused.__name__ in message or message.startswith("Application startup failed"))
+
+
+_QUIET_REFUSAL = _QuietRefusal()
+
+
 def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
     """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
     timestamps and retention are reckoned by: tests pass one they advance themselves."""
@@ -140,9 +157,10 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         try:
             await store.open()
         except Unavailable as error:
-            # One line that says what to do, ahead of the framework's traceback.
+            # One line that says what to do, and nothing after it but the exit status.
             log.error("cannot start: %s", error.detail)
-            raise
+            logging.getLogger("uvicorn.error").addFilter(_QUIET_REFUSAL)
+            raise StartupRefused(error.detail) from None
         fanout = open_fanout(store, Hub(settings.subscriber_buffer))
         service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
                              webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
@@ -188,6 +206,9 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         version=__version__,
         description="Keeps a subagent's last word: one selection rule, served over REST and SSE.",
         lifespan=lifespan,
+        # FastAPI's pages load their scripts from a CDN; ours serve them from a package.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
@@ -195,6 +216,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     app.include_router(stream_router)
     app.include_router(dashboard_router)
     app.include_router(ds_router)
+    app.include_router(docs_router)
     app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))

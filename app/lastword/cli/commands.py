@@ -7,25 +7,33 @@ runs an agent CLI as a child and keeps its output (:mod:`lastword.cli.run`).
 
 A refusal by the service or a service that cannot be reached is one line on stderr and an
 exit status (see ``EXIT_STATUSES``; ``run`` has its own, ``lastword.cli.run.EXIT_STATUSES``),
-never a traceback: the command is used from scripts.
+never a traceback: the command is used from scripts. Every command says a refusal the same way,
+``lastword <cmd>: <status> <code>: <detail>``, whether it met it through the client or, as
+``demo`` and ``audit`` do, through plain httpx. A ``--url`` without its scheme, or one that ends
+in the API's ``/v1``, is a bad command line (2), said before anything is sent.
 """
 
 from __future__ import annotations
 
 import argparse
 import codecs
+import functools
 import gc
 import io
 import json
 import os
 import signal
 import sys
+import textwrap
+import time
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from lastword import __version__
 from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.schemas import Run
 from lastword.settings import Settings
 
 #: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means (``run``: its stop reason).
@@ -42,6 +50,8 @@ REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
 CLI_RETRIES = 2
 #: A ``tail`` that was following a stream waits out a server restart of any length.
 TAIL_RECONNECTS = 1_000_000
+#: How often ``tail`` looks again for a run that does not exist yet.
+TAIL_POLL_SECONDS = 0.25
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -75,31 +85,19 @@ def _demo(args: argparse.Namespace) -> int:
     from lastword.cli.demo import SCENARIOS, run_scenario
 
     if args.scenario not in SCENARIOS:
-        print(f"unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
+        print(f"lastword demo: unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    try:
-        run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
-    except httpx.HTTPStatusError as error:
-        detail = error.response.text.strip() or error.response.reason_phrase
-        print(f"lastword demo: {error.request.method} {error.request.url} answered "
-              f"{error.response.status_code}: {detail}", file=sys.stderr)
-        return REFUSED
+    run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
     print(run_id)
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
-    import time
 
     from lastword.cli.audit import audit_runs, report_lines
 
-    try:
-        with LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, timeout=60) as client:
-            audits = audit_runs(client, since_hours=args.since, now=time.time())
-    except httpx.HTTPStatusError as error:
-        print(f"lastword audit: {error.request.method} {error.request.url} answered "
-              f"{error.response.status_code}: {error.response.text.strip()}", file=sys.stderr)
-        return REFUSED
+    with LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, timeout=60) as client:
+        audits = audit_runs(client, since_hours=args.since, now=time.time())
     if args.json:
         print(json.dumps([
             {"runId": a.run_id, "agent": a.agent, "status": a.status,
@@ -123,7 +121,12 @@ def _tail(args: argparse.Namespace) -> int:
         if args.run is None:
             messages = client.stream_all(parent_run_id=args.parent)
         else:
-            messages = client.stream(args.run, include_chunks=True)
+            # A run that was not there at first, or that has already ended, is printed from its
+            # start: nothing it said before this tail saw it is missed. A running one: its
+            # snapshot, then live.
+            found = _wait_for_run(client, args.run)
+            after = None if found is not None and found.status != "ended" else 0
+            messages = client.stream(args.run, include_chunks=True, after=after)
         try:
             for message in messages:
                 data = message.data
@@ -147,12 +150,29 @@ def _tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_for_run(client: LastwordClient, run_id: str) -> Run | None:
+    """Return once the run exists: the run if it did at the first look, None if it had to be
+    waited for (a tail may start before the run is created, as in the README's two-replica block)."""
+    waited = False
+    while True:
+        try:
+            run = client.get_run(run_id)
+            return None if waited else run
+        except LastwordAPIError as error:
+            if error.code != "run_not_found":
+                raise
+        if not waited:
+            print(f"lastword tail: waiting for run {run_id} to be created", file=sys.stderr, flush=True)
+            waited = True
+        time.sleep(TAIL_POLL_SECONDS)
+
+
 def _result(args: argparse.Namespace) -> int:
     with _client(args) as client:
         if args.tool:
             tool = client.tool_result(args.run, wait=args.wait or 0.0)
             if tool is None:
-                print("the turn is still running", file=sys.stderr)
+                print("lastword result: the turn is still running", file=sys.stderr)
                 return 3
             print(tool.model_dump_json(indent=2))
             return 0
@@ -188,7 +208,7 @@ def _push(args: argparse.Namespace) -> int:
             try:
                 batch.append(json.loads(line))
             except ValueError as error:
-                print(f"line {number}: not JSON: {error}", file=sys.stderr)
+                print(f"lastword push: line {number}: not JSON: {error}", file=sys.stderr)
                 return 2
             if len(batch) >= args.batch:
                 answer = client.push_events(args.run, batch)
@@ -227,27 +247,66 @@ def _run(args: argparse.Namespace) -> int:
     return outcome.status
 
 
+def _service_url(text: str) -> str:
+    """``--url``: the service's base URL, with its scheme and without the API's ``/v1``."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        example = "http://" + text.split("://")[-1]
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. {example})")
+    path = parts.path.rstrip("/")
+    if path == "/v1" or path.endswith("/v1"):
+        base = urlunsplit((parts.scheme, parts.netloc, path.removesuffix("/v1"), "", ""))
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names the API, not the service: give its base URL, without /v1 ({base})")
+    return text
+
+
 def _add_remote(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
+    parser.add_argument("--url", type=_service_url, default=os.environ.get("LASTWORD_URL", "http://127.0.0.1:8000"),
                         help="the service's base URL (default: $LASTWORD_URL or http://127.0.0.1:8000)")
     parser.add_argument("--token", default=os.environ.get("LASTWORD_TOKEN"),
                         help="bearer token (default: $LASTWORD_TOKEN)")
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help, wrapped at spaces only (a scenario name such as ``max-tokens-partial`` or
+    an option is never split at its hyphen), keeping a description's or epilog's own line breaks:
+    a line indented there (an example) is shown as written, on a line of its own."""
+
+    def _wrap(self, text: str, width: int, indent: str = "") -> list[str]:
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), max(width, 20), initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return self._wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        for line in text.splitlines():
+            lines.extend([indent + line] if line.startswith(" ") else self._wrap(line, width, indent))
+        return "\n".join(lines)
+
+
+def _examples(*commands: str) -> str:
+    return ("example:" if len(commands) == 1 else "examples:") + "".join(f"\n  {command}" for command in commands)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lastword",
+        formatter_class=_Help,
         description="Keeps a subagent's last word.",
         epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
     )
     parser.add_argument("--version", action="version", version=f"lastword {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_command = functools.partial(subparsers.add_parser, formatter_class=_Help)
 
-    serve = commands.add_parser(
+    serve = add_command(
         "serve",
         help="run the service",
         description="Run the HTTP service. Configuration comes from LASTWORD_* variables.",
-        epilog="example: LASTWORD_PORT=8080 lastword serve",
+        epilog=_examples("LASTWORD_PORT=8080 lastword serve"),
     )
     serve.add_argument("--host", help="overrides LASTWORD_HOST")
     serve.add_argument("--port", type=int, help="overrides LASTWORD_PORT")
@@ -255,11 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from lastword.cli.demo import SCENARIOS
 
-    demo = commands.add_parser(
+    demo = add_command(
         "demo",
         help="play a scripted child run against a running service",
         description="Drive a running service over HTTP as a child runtime would; prints the run id.",
-        epilog="example: lastword demo max-tokens-partial --url http://127.0.0.1:8000",
+        epilog=_examples("lastword demo max-tokens-partial --url http://127.0.0.1:8000"),
     )
     demo.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO",
                       help="one of: " + ", ".join(sorted(SCENARIOS)))
@@ -267,23 +326,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(demo)
     demo.set_defaults(handler=_demo)
 
-    tail = commands.add_parser(
+    tail = add_command(
         "tail",
         help="follow one run or every run in the terminal",
         description="Follow a run: its start, its live text, its end with the stop reason. "
+        "A RUN that does not exist yet is waited for; it, or one that has already ended, is printed "
+        "from its start. "
         "Without RUN, follow every run's starts and ends.",
-        epilog="examples: lastword tail 01J9Z3...   |   lastword tail --parent parent-run-id",
+        epilog=_examples("lastword tail 01J9Z3...", "lastword tail --parent parent-run-id"),
     )
     tail.add_argument("run", nargs="?", metavar="RUN", help="the run to follow (default: all runs)")
     tail.add_argument("--parent", help="with no RUN: only children of this run")
     _add_remote(tail)
     tail.set_defaults(handler=_tail)
 
-    result = commands.add_parser(
+    result = add_command(
         "result",
         help="print a run's result (or its tool result)",
         description="Print the latest turn's SubagentResult as JSON; --wait blocks until the turn ends.",
-        epilog="example: lastword result 01J9Z3... --wait 60",
+        epilog=_examples("lastword result 01J9Z3... --wait 60"),
     )
     result.add_argument("run", metavar="RUN")
     result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
@@ -291,12 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(result)
     result.set_defaults(handler=_result)
 
-    push = commands.add_parser(
+    push = add_command(
         "push",
         help="push NDJSON events or plain text from stdin into a run",
         description="Read NDJSON events (one per line) from stdin and append them in batches; "
         "with --text, append stdin as bare chunk text. Events get eventIds, so retries are safe.",
-        epilog="examples: lastword push RUN < events.ndjson   |   echo hello | lastword push RUN --text",
+        epilog=_examples("lastword push RUN < events.ndjson", "echo hello | lastword push RUN --text"),
     )
     push.add_argument("run", metavar="RUN")
     push.add_argument("--text", action="store_true", help="stdin is plain text, not NDJSON events")
@@ -304,13 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(push)
     push.set_defaults(handler=_push)
 
-    audit = commands.add_parser(
+    audit = add_command(
         "audit",
         help="report what the provider-safe transcript had to omit or repair, per run",
         description="Read the runs created in the last HOURS through the API and report, per run and "
         "format, what GET /v1/runs/{id}/messages left out (empty messages, blank text, unsigned "
         "reasoning, unknown results, ...) and what it added (answers to interrupted tool calls, ...).",
-        epilog="example: lastword audit --url http://127.0.0.1:8000 --since 6",
+        epilog=_examples("lastword audit --url http://127.0.0.1:8000 --since 6"),
     )
     audit.add_argument("--since", type=float, default=24.0, metavar="HOURS",
                        help="audit runs created in the last HOURS hours (default 24)")
@@ -321,16 +382,16 @@ def build_parser() -> argparse.ArgumentParser:
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
     from lastword.cli.run import FORMATS, FORMATS_BY_COMMAND
 
-    run = commands.add_parser(
+    run = add_command(
         "run",
         help="run an agent CLI as a child and keep its last word",
         description="Create a run, start COMMAND, stream its standard output into the run as it is "
         "printed (sent again from the start after a lost connection: nothing is lost or stored twice), "
         "and when it exits print the selected output. Standard input and error are COMMAND's own; "
         "SIGINT and SIGTERM are passed on to it and end the turn cancelled.",
-        epilog="example: lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
-        "--output-format stream-json --verbose.   exit statuses: "
-        + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
+        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
+                         "--output-format stream-json --verbose")
+        + "\nexit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
     )
     run.add_argument("--run-id", help="the run's id (default: a new one)")
     run.add_argument("--parent", metavar="ID", help="the parent run's id")
@@ -344,6 +405,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the child to run, after --")
     run.set_defaults(handler=_run)
     return parser
+
+
+def _refusal(error: httpx.HTTPStatusError) -> LastwordAPIError:
+    """A refusal met through plain httpx (``demo``, ``audit``) as the client would raise it."""
+    try:
+        problem = error.response.json()
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):
+        problem = {"detail": error.response.text.strip() or error.response.reason_phrase}
+    return LastwordAPIError(error.response.status_code, problem)
 
 
 def _problem_line(error: LastwordAPIError) -> str:
@@ -362,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except LastwordAPIError as error:
         print(f"lastword {args.command}: {_problem_line(error)}", file=sys.stderr)
+        return REFUSED
+    except httpx.HTTPStatusError as error:
+        print(f"lastword {args.command}: {_problem_line(_refusal(error))}", file=sys.stderr)
         return REFUSED
     except httpx.TransportError as error:
         print(f"lastword {args.command}: {_unreachable_line(args.url, error)}", file=sys.stderr)

@@ -36,6 +36,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import Field, ValidationError
 from starlette.types import Receive, Scope, Send
 
+from lastword import __version__
 from lastword.errors import LastwordError
 from lastword.http.access import bearer_matches
 from lastword.http.views import run_view
@@ -65,7 +66,7 @@ class McpFace:
     def __init__(self, service: Callable[[], RunService], settings: Settings) -> None:
         self._service = service
         self._settings = settings
-        self.server: MCPServer = MCPServer("lastword", instructions=INSTRUCTIONS)
+        self.server: MCPServer = MCPServer("lastword", version=__version__, instructions=INSTRUCTIONS)
         self._register_tools()
         self.manager = StreamableHTTPSessionManager(
             app=self.server._lowlevel_server,

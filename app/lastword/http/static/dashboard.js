@@ -16,15 +16,40 @@
   const TOKEN_KEY = 'lastword.readToken';
   const RETRY_MS = [500, 1000, 2000, 4000];
 
-  const STOPS = {
-    completed: { cls: 'stop-ok', icon: '✓', label: 'Completed', what: 'the turn completed' },
-    max_tokens: { cls: 'stop-trunc', icon: '▲', label: 'Truncated', what: 'cut off at its output-token limit' },
-    max_turns: { cls: 'stop-trunc', icon: '▲', label: 'Truncated', what: 'cut off at its turn limit' },
-    cancelled: { cls: 'stop-cancel', icon: '■', label: 'Cancelled', what: 'cancelled before it finished' },
-    timeout: { cls: 'stop-timeout', icon: '⧗', label: 'Timed out', what: 'stopped reporting; its lease ran out' },
-    error: { cls: 'stop-fail', icon: '✕', label: 'Failed', what: 'failed' },
-    refusal: { cls: 'stop-fail', icon: '⊘', label: 'Refused', what: 'refused to answer' },
+  // Stop icons are inline SVG, not text: a symbol glyph (U+29D7 for a time-out) shows as an empty
+  // box on a system whose fonts lack it. Each is a 16x16 drawing in the badge's colour.
+  const STROKE = { fill: 'none', stroke: 'currentColor', 'stroke-width': '2' };
+  const ICONS = {
+    check: [['path', { d: 'M2.5 8.5l3.5 3.5 7.5-7.5', ...STROKE }]],
+    triangle: [['path', { d: 'M8 2l6.5 12h-13z' }]],
+    square: [['rect', { x: '3', y: '3', width: '10', height: '10' }]],
+    hourglass: [['path', { d: 'M3.5 1.5h9v2.5l-3.5 4 3.5 4v2.5h-9v-2.5l3.5-4-3.5-4z' }]],
+    cross: [['path', { d: 'M3.5 3.5l9 9m0-9l-9 9', ...STROKE }]],
+    forbidden: [['circle', { cx: '8', cy: '8', r: '5.5', ...STROKE }], ['path', { d: 'M4.1 11.9l7.8-7.8', ...STROKE }]],
+    unknown: [['circle', { cx: '8', cy: '8', r: '5.5', ...STROKE }]],
   };
+  const STOPS = {
+    completed: { cls: 'stop-ok', icon: 'check', label: 'Completed', what: 'the turn completed' },
+    max_tokens: { cls: 'stop-trunc', icon: 'triangle', label: 'Truncated', what: 'cut off at its output-token limit' },
+    max_turns: { cls: 'stop-trunc', icon: 'triangle', label: 'Truncated', what: 'cut off at its turn limit' },
+    cancelled: { cls: 'stop-cancel', icon: 'square', label: 'Cancelled', what: 'cancelled before it finished' },
+    timeout: { cls: 'stop-timeout', icon: 'hourglass', label: 'Timed out', what: 'stopped reporting; its lease ran out' },
+    error: { cls: 'stop-fail', icon: 'cross', label: 'Failed', what: 'failed' },
+    refusal: { cls: 'stop-fail', icon: 'forbidden', label: 'Refused', what: 'refused to answer' },
+  };
+
+  function icon(name) {
+    const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+    for (const [key, value] of Object.entries({ class: 'icon', viewBox: '0 0 16 16', fill: 'currentColor', 'aria-hidden': 'true' })) {
+      svg.setAttribute(key, value);
+    }
+    for (const [tag, attributes] of ICONS[name]) {
+      const part = document.createElementNS('http://www.w3.org/2000/svg', tag);
+      for (const [key, value] of Object.entries(attributes)) part.setAttribute(key, value);
+      svg.append(part);
+    }
+    return svg;
+  }
 
   const $ = (id) => document.getElementById(id);
   const el = (tag, props, ...children) => {
@@ -565,9 +590,8 @@
   function stopBadge(result) {
     const reason = result && result.stopReason;
     if (!reason) return el('span', { class: 'badge stop-none', text: result && result.status === 'running' ? 'streaming…' : '—' });
-    const stop = STOPS[reason] || { cls: 'stop-fail', icon: '?', label: reason };
-    const badge = el('span', { class: `badge ${stop.cls}`, title: `stop reason: ${reason}` },
-      el('span', { 'aria-hidden': 'true', text: stop.icon }), stop.label);
+    const stop = STOPS[reason] || { cls: 'stop-fail', icon: 'unknown', label: reason };
+    const badge = el('span', { class: `badge ${stop.cls}`, title: `stop reason: ${reason}` }, icon(stop.icon), stop.label);
     if (stop.label.toLowerCase() !== reason) badge.append(el('small', { text: reason.replace('_', ' ') }));
     return badge;
   }
@@ -694,7 +718,7 @@
       class: 'twist', 'aria-hidden': 'true',
       text: item.hasChildren ? (state.collapsed.has(run.runId) ? '▸' : '▾') : (item.depth > 1 ? '└' : ''),
     }));
-    name.append(el('span', { class: 'agent', text: run.agent || '(no agent)' }));
+    name.append(el('span', { class: 'agent', text: run.agent || '(no agent)', title: run.agent || undefined }));
     name.append(el('span', { class: 'rid', text: run.runId, title: run.runId }));
     if (item.hasChildren) name.append(el('span', { class: 'orphan', text: `${item.childCount} child${item.childCount === 1 ? '' : 'ren'}` }));
     else if (run.parentRunId && item.depth === 1) name.append(el('span', { class: 'orphan', text: `↳ of ${run.parentRunId}`, title: `child of ${run.parentRunId}` }));
@@ -782,11 +806,11 @@
     if (stop && result.stopReason !== 'completed') {
       verdict.hidden = false;
       verdict.className = `verdict ${stop.cls}`;
-      let text = `${stop.icon} ${stop.label}: ${stop.what} (stopReason ${result.stopReason}).`;
+      let text = ` ${stop.label}: ${stop.what} (stopReason ${result.stopReason}).`;
       const message = result.error && (typeof result.error === 'string' ? result.error : result.error.message);
       if (message) text += ` Error: ${message}`;
       text += ' Below is what it said before it stopped.';
-      verdict.textContent = text;
+      verdict.replaceChildren(icon(stop.icon), text);
     } else {
       verdict.hidden = true;
     }
