@@ -23,6 +23,7 @@ import orjson
 import pytest
 from lastword.client.core import LastwordClient, StreamMessage
 
+from tests.receiver import Answer, Received, Receiver
 from tests.servers import ServerProcess
 from tests.sse import ids, open_stream, payload, strictly_increasing
 
@@ -362,3 +363,90 @@ def test_a_second_sigterm_exits_at_once_keeping_what_was_committed(database_url:
         assert [e["event"]["n"] for e in events if e["event"]["type"] == "x-line"] == [0, 1, 2]
     finally:
         restarted.stop()
+
+
+def webhook_serve(database_url: str, **env: str) -> ServerProcess:
+    """A server whose webhook attempts may take 30 s, so a lease (attempt time-out + 5 s) would
+    hold a delivery for 35 s: a retry sooner than that means the lease was released."""
+    return serve(database_url, LASTWORD_WEBHOOK_TIMEOUT_SECONDS="30", LASTWORD_WEBHOOK_ALLOW_PRIVATE="true",
+                 LASTWORD_WEBHOOK_BACKOFF_SECONDS="0.05", **env)
+
+
+def deliveries(url: str, run_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = httpx.get(f"{url}/v1/runs/{run_id}/deliveries").json()["deliveries"]
+    return found
+
+
+def end_with_webhook(url: str, run_id: str, receiver: Receiver) -> None:
+    assert httpx.post(url + "/v1/runs", json={"runId": run_id, "webhook": {"url": receiver.url}}).status_code == 201
+    assert httpx.post(f"{url}/v1/runs/{run_id}/end", json={"stopReason": "end_turn"}).status_code == 200
+
+
+def test_a_webhook_attempt_in_flight_at_sigterm_finishes_within_the_drain(database_url: str) -> None:
+    """A delivery whose receiver is still answering when SIGTERM comes: the drain waits for it
+    (the process outlives the signal until the receiver answers), records it delivered, and
+    exits 0; after the restart it is delivered, once, by that one attempt."""
+    let_go = threading.Event()
+    receiver = Receiver(lambda _: Answer(200, hold=let_go))
+    server = webhook_serve(database_url).start()
+    try:
+        end_with_webhook(server.url, "hooked", receiver)
+        arrived = receiver.arrivals.get(timeout=10)
+        signalled = terminate(server)
+        wait_until(answers(server.url, "/readyz", 503), "the drain began")
+        assert server.process is not None and server.process.poll() is None  # held open by the attempt
+        let_go.set()
+        assert exit_status(server) == 0
+        assert time.monotonic() - signalled < DRAIN_SECONDS
+        server.start()
+        (delivery,) = deliveries(server.url, "hooked")
+        assert delivery["state"] == "delivered" and len(delivery["attempts"]) == 1, delivery
+        assert receiver.ids() == [arrived.webhook_id]
+    finally:
+        let_go.set()
+        server.kill()
+        receiver.close()
+
+
+def test_a_webhook_attempt_cut_by_the_drain_deadline_is_attempted_again_at_once(
+        database_url: str, backend: str) -> None:
+    """A receiver that does not answer within the drain: at the deadline the attempt is cut and
+    its lease released, so the delivery is attempted again (PostgreSQL: by a second replica,
+    running meanwhile; SQLite: by the restart on the same file) within moments, not after its
+    35 s lease; that attempt delivers it."""
+    never = threading.Event()
+    first_seen = threading.Event()
+
+    def answer(request: Received) -> Answer:
+        if not first_seen.is_set():
+            first_seen.set()
+            return Answer(200, hold=never)  # answers only when the test ends
+        return Answer(200)
+
+    receiver = Receiver(answer)
+    drain = 2.0
+    first = webhook_serve(database_url, LASTWORD_DRAIN_SECONDS=str(drain)).start()
+    second: ServerProcess | None = None
+    try:
+        end_with_webhook(first.url, "cut", receiver)
+        held = receiver.arrivals.get(timeout=10)
+        if backend == "postgres":  # started after the first leased it: it cannot have taken it
+            second = webhook_serve(database_url).start()
+        signalled = terminate(first)
+        assert exit_status(first, timeout=drain + 10) == 0
+        assert time.monotonic() - signalled < drain + 5
+        if second is None:
+            second = webhook_serve(database_url).start()
+        again = receiver.arrivals.get(timeout=10)
+        assert again.webhook_id == held.webhook_id
+        assert time.monotonic() - signalled < drain + 15  # well inside the 35 s lease
+        wait_until(lambda: deliveries(second.url, "cut")[0]["state"] == "delivered", "delivered by the second")
+        (delivery,) = deliveries(second.url, "cut")
+        assert len(delivery["attempts"]) == 1, delivery  # the cut attempt was released, not recorded
+        assert "released 1 webhook deliveries" in first.log_path.read_text()
+    finally:
+        never.set()
+        first.kill()
+        if second is not None:
+            second.stop()
+        receiver.close()
