@@ -37,6 +37,7 @@ SCENARIOS = {
     "j": "bench.fleet",
     "k": "bench.cli_stream",
     "l": "bench.run_latency",
+    "r": "bench.rollout",
     "w": "bench.webhooks",
 }
 
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; "
-                    "issue 8, h; i; issue 15, j; webhooks, w).",
+                    "issue 8, h; i; issue 15, j; webhooks, w; issue 24's rollout, r).",
         epilog="example: python -m bench --quick --only a,b",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a CI smoke run (well under 2 minutes)")

@@ -23,6 +23,7 @@ import orjson
 import pytest
 from lastword.client.core import LastwordClient, StreamMessage
 
+from tests.receiver import Answer, Received, Receiver
 from tests.servers import ServerProcess
 from tests.sse import ids, open_stream, payload, strictly_increasing
 
@@ -80,11 +81,21 @@ def exit_status(server: ServerProcess, timeout: float = DRAIN_SECONDS + 10) -> i
     return status
 
 
-class HeldIngest:
-    """An NDJSON ingest whose body stops half-way until :meth:`finish`: a write in flight."""
+def x_line(n: int) -> bytes:
+    return orjson.dumps({"type": "x-line", "eventId": f"held-{n}", "n": n})
 
-    def __init__(self, url: str, run_id: str, count: int) -> None:
-        self.lines = [orjson.dumps({"type": "x-line", "eventId": f"held-{n}", "n": n}) + b"\n" for n in range(count)]
+
+class HeldIngest:
+    """An ingest whose body stops after ``first`` until :meth:`finish` sends ``rest``: a write in
+    flight. By default an NDJSON body of ``count`` lines, held after the first half of them."""
+
+    def __init__(self, url: str, run_id: str, count: int = 0, *, first: bytes | None = None,
+                 rest: bytes = b"", content_type: str = "application/x-ndjson") -> None:
+        if first is None:
+            lines = [x_line(n) + b"\n" for n in range(count)]
+            first, rest = b"".join(lines[:count // 2]), b"".join(lines[count // 2:])
+        self.parts = (first, rest)
+        self.content_type = content_type
         self.first_half_sent, self._release = threading.Event(), threading.Event()
         self.answer: httpx.Response | None = None
         self.error: httpx.TransportError | None = None
@@ -92,16 +103,15 @@ class HeldIngest:
         self._thread.start()
 
     def _body(self) -> Iterator[bytes]:
-        half = len(self.lines) // 2
-        yield b"".join(self.lines[:half])
+        yield self.parts[0]
         self.first_half_sent.set()
         self._release.wait(30)
-        yield b"".join(self.lines[half:])
+        yield self.parts[1]
 
     def _post(self, url: str, run_id: str) -> None:
         try:
             self.answer = httpx.post(f"{url}/v1/runs/{run_id}/events", content=self._body(),
-                                     headers={"content-type": "application/x-ndjson"}, timeout=30)
+                                     headers={"content-type": self.content_type}, timeout=30)
         except httpx.TransportError as error:
             self.error = error
 
@@ -362,3 +372,160 @@ def test_a_second_sigterm_exits_at_once_keeping_what_was_committed(database_url:
         assert [e["event"]["n"] for e in events if e["event"]["type"] == "x-line"] == [0, 1, 2]
     finally:
         restarted.stop()
+
+
+def webhook_serve(database_url: str, **env: str) -> ServerProcess:
+    """A server whose webhook attempts may take 30 s, so a lease (attempt time-out + 5 s) would
+    hold a delivery for 35 s: a retry sooner than that means the lease was released."""
+    return serve(database_url, LASTWORD_WEBHOOK_TIMEOUT_SECONDS="30", LASTWORD_WEBHOOK_ALLOW_PRIVATE="true",
+                 LASTWORD_WEBHOOK_BACKOFF_SECONDS="0.05", **env)
+
+
+def deliveries(url: str, run_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = httpx.get(f"{url}/v1/runs/{run_id}/deliveries").json()["deliveries"]
+    return found
+
+
+def end_with_webhook(url: str, run_id: str, receiver: Receiver) -> None:
+    assert httpx.post(url + "/v1/runs", json={"runId": run_id, "webhook": {"url": receiver.url}}).status_code == 201
+    assert httpx.post(f"{url}/v1/runs/{run_id}/end", json={"stopReason": "end_turn"}).status_code == 200
+
+
+def test_a_webhook_attempt_in_flight_at_sigterm_finishes_within_the_drain(database_url: str) -> None:
+    """A delivery whose receiver is still answering when SIGTERM comes: the drain waits for it
+    (the process outlives the signal until the receiver answers), records it delivered, and
+    exits 0; after the restart it is delivered, once, by that one attempt."""
+    let_go = threading.Event()
+    receiver = Receiver(lambda _: Answer(200, hold=let_go))
+    server = webhook_serve(database_url).start()
+    try:
+        end_with_webhook(server.url, "hooked", receiver)
+        arrived = receiver.arrivals.get(timeout=10)
+        signalled = terminate(server)
+        wait_until(answers(server.url, "/readyz", 503), "the drain began")
+        assert server.process is not None and server.process.poll() is None  # held open by the attempt
+        let_go.set()
+        assert exit_status(server) == 0
+        assert time.monotonic() - signalled < DRAIN_SECONDS
+        server.start()
+        (delivery,) = deliveries(server.url, "hooked")
+        assert delivery["state"] == "delivered" and len(delivery["attempts"]) == 1, delivery
+        assert receiver.ids() == [arrived.webhook_id]
+    finally:
+        let_go.set()
+        server.kill()
+        receiver.close()
+
+
+def test_a_webhook_attempt_cut_by_the_drain_deadline_is_attempted_again_at_once(
+        database_url: str, backend: str) -> None:
+    """A receiver that does not answer within the drain: at the deadline the attempt is cut and
+    its lease released, so the delivery is attempted again (PostgreSQL: by a second replica,
+    running meanwhile; SQLite: by the restart on the same file) within moments, not after its
+    35 s lease; that attempt delivers it."""
+    never = threading.Event()
+    first_seen = threading.Event()
+
+    def answer(request: Received) -> Answer:
+        if not first_seen.is_set():
+            first_seen.set()
+            return Answer(200, hold=never)  # answers only when the test ends
+        return Answer(200)
+
+    receiver = Receiver(answer)
+    drain = 2.0
+    first = webhook_serve(database_url, LASTWORD_DRAIN_SECONDS=str(drain)).start()
+    second: ServerProcess | None = None
+    try:
+        end_with_webhook(first.url, "cut", receiver)
+        held = receiver.arrivals.get(timeout=10)
+        if backend == "postgres":  # started after the first leased it: it cannot have taken it
+            second = webhook_serve(database_url).start()
+        signalled = terminate(first)
+        assert exit_status(first, timeout=drain + 10) == 0
+        assert time.monotonic() - signalled < drain + 5
+        if second is None:
+            second = webhook_serve(database_url).start()
+        again = receiver.arrivals.get(timeout=10)
+        assert again.webhook_id == held.webhook_id
+        assert time.monotonic() - signalled < drain + 15  # well inside the 35 s lease
+        wait_until(lambda: deliveries(second.url, "cut")[0]["state"] == "delivered", "delivered by the second")
+        (delivery,) = deliveries(second.url, "cut")
+        assert len(delivery["attempts"]) == 1, delivery  # the cut attempt was released, not recorded
+        assert "released 1 webhook deliveries" in first.log_path.read_text()
+    finally:
+        never.set()
+        first.kill()
+        if second is not None:
+            second.stop()
+        receiver.close()
+
+
+def x_lines_logged(url: str, run_id: str) -> list[int]:
+    events = httpx.get(f"{url}/v1/runs/{run_id}/events").json()["events"]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs  # no gap: nothing half-written
+    return [e["event"]["n"] for e in events if e["event"]["type"] == "x-line"]
+
+
+def test_an_ndjson_body_cut_by_the_drain_deadline_keeps_its_whole_lines_only(database_url: str) -> None:
+    """SIGTERM while an NDJSON body is held mid-line, and the body never resumes: at the drain's
+    deadline the request is cut, the process exits 0, and the log holds exactly the lines that
+    were whole before (a group is committed whole; the half line is no event). The producer's
+    retry of the whole body, with its eventIds, then stores each line once."""
+    drain = 2.0
+    lines = [x_line(n) + b"\n" for n in range(6)]
+    cut = len(lines[3]) // 2
+    first, rest = b"".join(lines[:3]) + lines[3][:cut], lines[3][cut:] + b"".join(lines[4:])
+    server = serve(database_url, LASTWORD_DRAIN_SECONDS=str(drain)).start()
+    try:
+        run = create_run(server.url, runId="cut-ndjson")
+        held = HeldIngest(server.url, run, first=first, rest=rest)
+        assert held.first_half_sent.wait(10)
+        wait_until(lambda: last_seq(server.url, run) >= 4, "the three whole lines are stored")
+        signalled = terminate(server)
+        assert exit_status(server, timeout=drain + 10) == 0
+        assert drain - 0.5 < time.monotonic() - signalled < drain + 5  # held open by the body, then cut
+        assert "timeout graceful shutdown exceeded" in server.log_path.read_text()
+        held.finish_quietly()
+        assert held.answer is None or held.answer.status_code >= 500, held.answer.text
+        server.start()
+        assert x_lines_logged(server.url, run) == [0, 1, 2]
+        retried = httpx.post(f"{server.url}/v1/runs/{run}/events", content=first + rest,
+                             headers={"content-type": "application/x-ndjson"})
+        assert retried.status_code == 200 and retried.json()["accepted"] == 3 and retried.json()["duplicates"] == 3
+        assert x_lines_logged(server.url, run) == list(range(6))
+    finally:
+        server.kill()
+
+
+def test_a_json_batch_cut_by_the_drain_deadline_is_refused_whole(database_url: str) -> None:
+    """SIGTERM while a JSON array (a batch: all or nothing) is held half-sent, and the body never
+    resumes: at the drain's deadline the request is cut and nothing of it is stored; the retry
+    stores it whole. (A batch that completes within the drain commits whole: see
+    test_draining_keeps_the_listener_open_and_refuses_only_new_waits.)"""
+    drain = 2.0
+    events = [x_line(n) for n in range(6)]
+    first, rest = b"[" + b",".join(events[:3]) + b",", b",".join(events[3:]) + b"]"
+    server = serve(database_url, LASTWORD_DRAIN_SECONDS=str(drain)).start()
+    try:
+        run = create_run(server.url, runId="cut-json")
+        before = last_seq(server.url, run)
+        held = HeldIngest(server.url, run, first=first, rest=rest, content_type="application/json")
+        assert held.first_half_sent.wait(10)
+        signalled = terminate(server)
+        wait_until(answers(server.url, "/readyz", 503), "the drain began")
+        assert exit_status(server, timeout=drain + 10) == 0
+        assert drain - 0.5 < time.monotonic() - signalled < drain + 5  # held open by the body, then cut
+        assert "timeout graceful shutdown exceeded" in server.log_path.read_text()
+        held.finish_quietly()
+        assert held.answer is None or held.answer.status_code >= 500, held.answer.text
+        server.start()
+        assert last_seq(server.url, run) == before
+        assert x_lines_logged(server.url, run) == []
+        retried = httpx.post(f"{server.url}/v1/runs/{run}/events", content=first + rest,
+                             headers={"content-type": "application/json"})
+        assert retried.status_code == 200 and retried.json()["accepted"] == 6, retried.text
+        assert x_lines_logged(server.url, run) == list(range(6))
+    finally:
+        server.kill()

@@ -181,6 +181,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             await service.close()
             raise
         app.state.service = service
+        app.state.sender = sender  # the server's drain tells it, and waits for its attempts
         sender.start()
         jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
         if settings.retention_hours > 0:

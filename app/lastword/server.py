@@ -198,10 +198,11 @@ class LastwordServer(uvicorn.Server):
     stream gets ``server/reconnect`` and ends, every parked long poll answers with the result as
     it stands, and every response from then on closes its connection (a client's next request
     opens a new one: through a load balancer, to another replica). Once no request is in flight,
-    or when ``LASTWORD_DRAIN_SECONDS`` since the signal have passed, the listener closes, what is
-    still running is cancelled (a batch commits whole or not at all) and the lifespan closes the
-    store. A second SIGTERM (or SIGINT) skips what is left: the process exits at once, keeping
-    what was committed.
+    and no webhook attempt is (the sender leases no more once the drain begins), or when
+    ``LASTWORD_DRAIN_SECONDS`` since the signal have passed, the listener closes, what is still
+    running is cancelled (a batch commits whole or not at all; a webhook attempt's lease is
+    released for another replica) and the lifespan closes the store. A second SIGTERM (or SIGINT)
+    skips what is left: the process exits at once, keeping what was committed.
     """
 
     #: How often the drain looks whether requests are still in flight.
@@ -215,15 +216,20 @@ class LastwordServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.config.timeout_graceful_shutdown or 0)
-        service = getattr(getattr(self.config.app, "state", None), "service", None)
+        state = getattr(self.config.app, "state", None)
+        service = getattr(state, "service", None)
         if service is not None:
             service.drain()
+        sender = getattr(state, "sender", None)
+        if sender is not None:
+            sender.drain()
         protocol = self.config.http_protocol_class
         if isinstance(protocol, type) and issubclass(protocol, HeaderDeadlineProtocol):
             protocol.draining = True
         for connection in list(self.server_state.connections):
             connection.shutdown()  # idle ones close now, busy ones after their response
-        while self.server_state.tasks and not self.force_exit and loop.time() < deadline:
+        while ((self.server_state.tasks or (sender is not None and sender.busy))
+               and not self.force_exit and loop.time() < deadline):
             await asyncio.sleep(self.DRAIN_POLL_SECONDS)
         # What is left of the deadline is uvicorn's grace for the requests still running.
         # (uvicorn hands it to asyncio.wait_for, which takes seconds as a float.)

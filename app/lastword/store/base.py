@@ -165,6 +165,11 @@ class Store(abc.ABC):
         """Store an attempt's outcome if the caller still holds the lease; whether it did."""
 
     @abc.abstractmethod
+    async def release_deliveries(self, jobs: list[DeliveryJob]) -> int:
+        """Give up the caller's leases on ``jobs``, unattempted: each is due again at once for any
+        replica. How many leases it still held (a lease already run out is not touched)."""
+
+    @abc.abstractmethod
     async def deliveries(self, run_id: str) -> list[Delivery]:
         """The run's deliveries, oldest first (404/410 for an unknown or deleted run)."""
 

@@ -9,6 +9,8 @@
   others once the lease runs out. An attempt's outcome is written only while the lease is still
   the sender's own (``leased_until`` unchanged), so a sender that outlived its lease cannot
   overwrite what a later one did.
+* A sender that stops with attempts unfinished (a drain's deadline) *releases* their leases
+  (:func:`release`): the rows are due again at once for any replica, instead of after the lease.
 * The secret is stored once, in ``webhooks``: a delivery row does not copy it (the column
   ``deliveries.secret`` is left from schema 1 and kept empty); a claim reads it from there.
 """
@@ -68,6 +70,17 @@ def record_attempt(
         (dumps(attempts), state, status, next_attempt_at, job.id, job.leased_until),
     )
     return row is not None
+
+
+def release(tx: Tx, jobs: list[DeliveryJob]) -> int:
+    """Give up the caller's leases on ``jobs`` (each due again now, its attempts unchanged);
+    how many it still held."""
+    released = 0
+    for job in jobs:
+        row = tx.one("UPDATE deliveries SET leased_until = NULL WHERE id = ? AND leased_until = ? RETURNING id",
+                     (job.id, job.leased_until))
+        released += row is not None
+    return released
 
 
 def of_run(tx: Tx, run_id: str) -> list[Delivery]:

@@ -265,6 +265,9 @@ class SqlStore(Store):
     ) -> bool:
         return await self._write(outbox.record_attempt, job, attempts, state, status, next_attempt_at)
 
+    async def release_deliveries(self, jobs: list[DeliveryJob]) -> int:
+        return await self._write(outbox.release, jobs)
+
     async def deliveries(self, run_id: str) -> list[Delivery]:
         return await self._read(self._deliveries, run_id)
 

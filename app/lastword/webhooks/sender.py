@@ -14,6 +14,13 @@ Connections go through :mod:`lastword.webhooks.pinned`: the target's name is res
 connection, every address checked, and the checked address dialled; an attempt refused there
 is recorded with its reason and nothing is sent. So is an attempt whose request cannot be built
 from the stored URL (:func:`unbuildable_error`): it counts towards the maximum attempts.
+
+On SIGTERM (:meth:`WebhookSender.drain`) the sender leases nothing more and lets the attempts
+in flight finish within the drain; what is still in flight when the sender closes (at the
+drain's deadline) is cancelled and its lease released, so another replica, or this one
+restarted, attempts it at once rather than after the lease runs out. A released attempt may have
+reached its receiver already: delivery is at least once, and the ``webhook-id`` says which. (A
+second SIGTERM exits without closing anything: those leases run out as after a crash.)
 """
 
 from __future__ import annotations
@@ -74,7 +81,8 @@ class WebhookSender:
             headers={"user-agent": f"lastword/{__version__}"},
         )
         self._task: asyncio.Task[None] | None = None
-        self._in_flight: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[asyncio.Task[None], DeliveryJob] = {}
+        self._draining = False
 
     def ended(self, event: StoredEvent) -> None:
         """An end committed here: its delivery (if the run has a webhook) is due now."""
@@ -83,18 +91,39 @@ class WebhookSender:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
+    def drain(self) -> None:
+        """The replica is draining: lease no more deliveries; the attempts in flight go on."""
+        self._draining = True
+        self._wake.set()
+
+    @property
+    def busy(self) -> bool:
+        """Whether an attempt is in flight (a drain waits for it, up to its deadline)."""
+        return bool(self._in_flight)
+
     async def close(self) -> None:
-        """Stop looking; attempts in flight are abandoned, and their leases run out for a retry."""
+        """Stop looking; attempts still in flight are cancelled and their leases released."""
+        self._draining = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for task in list(self._in_flight):
+        cut = dict(self._in_flight)
+        for task in cut:
             task.cancel()
-        await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await asyncio.gather(*cut, return_exceptions=True)
+        unfinished = [job for task, job in cut.items() if task.cancelled()]
+        if unfinished:
+            try:
+                released = await self._store.release_deliveries(unfinished)
+            except Exception:
+                log.exception("could not release %d webhook deliveries; they are retried after their leases",
+                              len(unfinished))
+            else:
+                log.info("released %d webhook deliveries still in flight: due again for any replica", released)
         await self._client.aclose()
 
     async def _run(self) -> None:
-        while True:
+        while not self._draining:
             self._wake.clear()
             try:
                 await self.send_due()
@@ -108,6 +137,9 @@ class WebhookSender:
                 except TimeoutError:
                     pass
 
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.pop(task, None)
+
     async def _until_next_due(self) -> float:
         due = await self._store.next_delivery_due()
         if due is None:
@@ -116,13 +148,13 @@ class WebhookSender:
 
     async def send_due(self) -> None:
         """Lease what is due and start an attempt for each; returns once they are started."""
-        while True:
+        while not self._draining:
             jobs = await self._store.claim_deliveries(
                 self._clock(), self._timeout + LEASE_MARGIN_SECONDS, CLAIM_BATCH)
             for job in jobs:
                 task = asyncio.create_task(self._attempt(job))
-                self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
+                self._in_flight[task] = job
+                task.add_done_callback(self._forget)
             if len(jobs) < CLAIM_BATCH:
                 return
 
