@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -286,6 +286,20 @@ class RunService:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
+        self._published(outcome.stored)
+        if outcome.ended is not None:
+            self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
+        return outcome
+
+    async def append_batches(
+        self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]]
+    ) -> AppendOutcome:
+        """:meth:`append` of events given a batch at a time (read in the store's thread), in one transaction."""
+        started = time.perf_counter()
+        outcome = await self._store.append_batches(run_id, batches, self.clock())
+        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
+        if outcome.chunks_left_out:
+            self._hub.resync_run(run_id)  # its subscribers read this append's chunks from the log
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import orjson
+
 from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.anthropic import AnthropicAdapter
 from lastword.adapters.base import Event, NotTheFormat, ProviderAdapter, StreamStop
@@ -36,6 +38,9 @@ def translate(
         made.extend(adapter.feed(index, event))
     made.extend(adapter.finish(end=end))
     adapter.name_events()
+    # A message's source holds its raw events as JSON fragments (ProviderAdapter.kept_raw):
+    # read back, the caller gets plain values, as a reader of the stored event would.
+    made = [orjson.loads(orjson.dumps(event)) if event["type"] == "assistant/message" else event for event in made]
     return made, adapter.stop
 
 

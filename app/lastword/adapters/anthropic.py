@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, chunk, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, check_exact_text, chunk, usage_of
 
 #: Stop reasons that end the turn, as §6 values; any other leaves it open.
 TERMINAL_STOPS = {
@@ -105,7 +105,7 @@ class AnthropicAdapter(ProviderAdapter):
         self._stop_reason: str | None = None
         self._stop_details: Any = None
         self._error: Any = None
-        self._raw: list[Event] = []  # the message's source: every raw event not in a chunk's
+        self._raw = RawEvents()  # the message's source: every raw event not in a chunk's
         self._stop = StreamStop(None, None)
 
     @property
@@ -129,7 +129,7 @@ class AnthropicAdapter(ProviderAdapter):
             return []
         if kind == "error":
             self._error = self.need(index, event, "error", dict)
-            self._raw.append(event)
+            self._raw.append(self.kept_raw(index, event))
             return []
         if kind == "message_start":
             if self._started:
@@ -140,7 +140,7 @@ class AnthropicAdapter(ProviderAdapter):
             self._usage = dict(self.optional(index, message, "usage", dict, "message.") or {})
             self.counts(index, self._usage, _COUNTS, "message.usage.")
             self._started = True
-            self._raw.append(event)
+            self._raw.append(self.kept_raw(index, event))
             return []
         if kind not in _MESSAGE_EVENTS:
             return [self.extension(kind, index, event)]
@@ -150,7 +150,7 @@ class AnthropicAdapter(ProviderAdapter):
             raise self.refuse(index, "type", f"{kind} after message_stop")
         if kind == "content_block_delta":
             return self._delta(index, event)
-        self._raw.append(event)
+        self._raw.append(self.kept_raw(index, event))
         if kind == "content_block_start":
             at = self.need(index, event, "index", int)
             block = self.need(index, event, "content_block", dict)
@@ -193,7 +193,7 @@ class AnthropicAdapter(ProviderAdapter):
             text = self.need(index, delta, "thinking", str, "delta.")
             block.parts.append(text)
             return [self.chunk("reasoning", text, index, event)]
-        self._raw.append(event)
+        self._raw.append(self.kept_raw(index, event))
         if kind == "input_json_delta":
             block.json_parts.append(self.need(index, delta, "partial_json", str, "delta."))
             block.json_index = index

@@ -69,8 +69,10 @@ class ProviderAdapter(abc.ABC):
         self.events_read = 0
         #: What every event id starts with, once known (the key, or the provider's id).
         self._base = idempotency_key
-        #: Events made before the base was known, with their id's suffix: named at the end.
+        #: Events made before the base was known, with their id's suffix: named at the end
+        #: (or handed to a caller that stages them, :meth:`take_unnamed`).
         self._unnamed: list[tuple[Event, str | int]] = []
+        self._taken_unnamed = 0
         #: The events read while no base was known (all of them, in a body without one).
         self._digest = hashlib.sha256()
 
@@ -100,28 +102,44 @@ class ProviderAdapter(abc.ABC):
             self._unnamed.append((event, suffix))
         return event
 
-    def name_events(self, scope: str = "") -> None:
-        """Give the events made before any base was known their ids (after :meth:`finish`).
+    def take_unnamed(self) -> list[tuple[Event, str | int]]:
+        """The events made since the last call that still wait for their id, with their suffix.
+
+        A caller that stages the events as it goes (the endpoint, which keeps them encoded, not
+        as dicts) takes them and names them itself from :meth:`id_base` when the body ends; the
+        adapter then keeps no reference to them.
+        """
+        taken, self._unnamed = self._unnamed, []
+        self._taken_unnamed += len(taken)
+        return taken
+
+    def id_base(self, scope: str = "") -> str:
+        """What the ids of events made before the base was known start with (after :meth:`finish`).
 
         A body that never named its call takes ``body-<digest>``: the digest of ``scope`` (the
         turn it was sent in, so the same body sent in a later turn is that turn's own) and of
         every event it holds, so only the same body in the same turn repeats it.
         """
+        if self._base is not None:
+            return self._base
+        digest = self._digest.copy()
+        digest.update(scope.encode())
+        return f"body-{digest.hexdigest()[:32]}"
+
+    def name_events(self, scope: str = "") -> None:
+        """Give the events made before any base was known their ids (after :meth:`finish`)."""
         if not self._unnamed:
             return
-        base = self._base
-        if base is None:
-            digest = self._digest.copy()
-            digest.update(scope.encode())
-            base = f"body-{digest.hexdigest()[:32]}"
+        base = self.id_base(scope)
         for event, suffix in self._unnamed:
             event["eventId"] = f"{base}:{suffix}"
         self._unnamed = []
 
     @property
     def needs_scope(self) -> bool:
-        """Whether :meth:`name_events` will use its ``scope`` (the body named no call)."""
-        return bool(self._unnamed) and self._base is None
+        """Whether :meth:`id_base` will use its ``scope`` (the body named no call, and some
+        event waits for an id)."""
+        return (bool(self._unnamed) or self._taken_unnamed > 0) and self._base is None
 
     @abc.abstractmethod
     def feed(self, index: int, event: Event) -> list[Event]:
@@ -138,8 +156,27 @@ class ProviderAdapter(abc.ABC):
 
     # Helpers shared by the formats.
 
-    def source(self, raw: list[Event]) -> dict[str, Any]:
-        return {"format": self.format, "events": raw}
+    def source(self, raw: list[Event] | RawEvents) -> dict[str, Any]:
+        return {"format": self.format, "events": raw.fragment() if isinstance(raw, RawEvents) else raw}
+
+    def kept_raw(self, index: int, event: Event) -> bytes:
+        """``event`` as it will be written in a message's ``source``: its JSON, not the dict
+        (see :class:`RawEvents`).
+
+        A message's source holds every raw event that made no chunk (a tool call's input deltas,
+        one per token): kept as dicts until the body ends, they cost ten times their text. An
+        event nested too deeply to be stored inside a source is refused here (400
+        ``too_deeply_nested``, naming it), as it would be when the message is stored.
+        """
+        wrapped: Any = event
+        for _ in range(_SOURCE_DEPTH):
+            wrapped = [wrapped]
+        try:
+            encoded = orjson.dumps(wrapped)[_SOURCE_DEPTH:-_SOURCE_DEPTH]
+        except orjson.JSONEncodeError:
+            raise TooDeeplyNested(f"event {index} nests JSON too deeply to be stored", index=index) from None
+        return encoded
+
 
     def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
         return refusal(self.format, index, field, message)
@@ -176,6 +213,34 @@ class ProviderAdapter(abc.ABC):
         event = self.named({"type": f"x-{self.format}-{kind}", **fields}, suffix)
         event["source"] = self.source([raw])
         return event
+
+
+
+class RawEvents:
+    """The raw events of a message's ``source``, kept as one buffer of JSON text.
+
+    A message's source holds every raw event that made no chunk (a tool call's input deltas,
+    one per token): as dicts they cost ten times their text, and even one bytes object each
+    costs twice. :meth:`fragment` is the JSON array, for ``orjson.dumps`` to write as it is.
+    """
+
+    __slots__ = ("_text",)
+
+    def __init__(self) -> None:
+        self._text = bytearray(b"[")
+
+    def append(self, encoded: bytes) -> None:
+        if len(self._text) > 1:
+            self._text += b","
+        self._text += encoded
+
+    def fragment(self) -> orjson.Fragment:
+        return orjson.Fragment(bytes(self._text) + b"]")
+
+
+#: Levels around a raw event in a stored message: the serving headroom (``NESTING_HEADROOM`` of
+#: ``lastword.http.ingest``, 4) and ``{…, "source": {"events": [event]}}`` (3).
+_SOURCE_DEPTH = 7
 
 
 def refusal(format: str, index: int, field: str, message: str, *, noun: str = "event") -> NotTheFormat:

@@ -42,7 +42,7 @@ FRAMINGS = {
     "text/event-stream": "sse",
 }
 
-def _event(value: Any, index: int) -> dict[str, Any]:
+def provider_event(value: Any, index: int) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidProviderEvent(f"event {index} is not a JSON object", index=index)
     return value
@@ -66,7 +66,7 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
         check_exact(body, items=isinstance(data, list), first_index=0)
         for index, value in enumerate(data if isinstance(data, list) else [data]):
-            yield index, _event(value, index)
+            yield index, provider_event(value, index)
     elif framing == "ndjson":
         index = 0
         pending = b""
@@ -75,10 +75,10 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             pending = lines.pop()
             for line in lines:
                 if line.strip():
-                    yield index, _event(_loads(line, index), index)
+                    yield index, provider_event(_loads(line, index), index)
                     index += 1
         if pending.strip():
-            yield index, _event(_loads(pending, index), index)
+            yield index, provider_event(_loads(pending, index), index)
     else:
         index = 0
         decoder = codecs.getincrementaldecoder("utf-8")("strict")
@@ -89,7 +89,7 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             except UnicodeDecodeError as error:
                 raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
             for event in _sse_events(line_decoder.decode(text) if text else [], messages):
-                yield index, _event(_loads(event, index), index)
+                yield index, provider_event(_loads(event, index), index)
                 index += 1
         try:
             decoder.decode(b"", final=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, StreamStop, check_exact_text, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, check_exact_text, usage_of
 
 #: Known events that add nothing beyond the finished items (SPEC §13): skipped.
 SKIPPED = frozenset({
@@ -65,7 +65,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # output index → (event index, item)
         self._terminal: tuple[str, dict[str, Any]] | None = None
         self._error: dict[str, Any] | None = None
-        self._raw: list[Event] = []
+        self._raw = RawEvents()  # the message's source, as JSON (see ``kept_raw``)
         self._stop = StreamStop(None, None)
 
     @property
@@ -116,7 +116,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             self.need(index, event, "message", str)
         elif kind not in ("response.output_item.added", "response.function_call_arguments.delta"):
             return [self.extension(kind, position, event)]
-        self._raw.append(event)
+        self._raw.append(self.kept_raw(index, event))
         return []
 
     def finish(self, *, end: bool = False) -> list[Event]:

@@ -257,6 +257,11 @@ class Hub:
                 for waiter in self._children_of.get(event.parent_run_id, ()):
                     waiter.hear(event)
 
+    def resync_run(self, run_id: str) -> None:
+        """One run's live events were not all published: its subscribers re-read the log."""
+        for subscription in self._runs.get(run_id, ()):
+            subscription.resync()
+
     def resync(self) -> None:
         """Live events may have been lost (missed notices): every subscriber re-reads the log,
         and every waiter re-reads its result."""

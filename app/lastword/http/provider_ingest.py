@@ -5,9 +5,20 @@ translated events are **staged, then stored in one transaction at the end of the
 body whose 900th event is unreadable stores nothing (400/422 naming that event's index) rather
 than 899 events of a step that a retry would then have to reconcile, and a retry of the same
 body finds every event already stored (duplicates). The price: live subscribers see a body's
-chunks when the body ends, not as it streams, and the staged events of one body are held in
-memory — bounded by the body limit (``LASTWORD_MAX_BODY_BYTES``), the only bound a producer
-controls. A producer that wants chunks live as they arrive pushes ``/events`` NDJSON instead.
+chunks when the body ends, not as it streams. A producer that wants chunks live as they arrive
+pushes ``/events`` NDJSON instead.
+
+Memory. Each event is checked (§4 rules, nesting, size) and encoded as the adapter makes it,
+and only its JSON is staged (:class:`Staging`): up to :data:`SPOOL_BYTES` in memory, the rest in
+a temporary file, so what a body costs is not its number of events times the size of a Python
+dict. The store reads the staged JSON back a batch of :data:`STORE_BATCH` events at a time,
+all in one transaction. A 16 MB body of one-character deltas used to raise the server's peak
+memory by twenty times its size; the test that measures it
+(``tests/test_provider_memory.py``) holds it to four.
+
+The event loop. A big JSON array is parsed a slice at a time (:mod:`lastword.http.json_input`)
+and the translation gives the loop back every :data:`SLICE_SECONDS`; the end of the body (a
+message assembled from every delta, checked and encoded) runs in a worker thread.
 
 For the same reason the per-request limits differ from ``/events``: the events of one body
 are not held to ``max_batch_events`` (a long message is thousands of deltas) and an
@@ -17,13 +28,19 @@ terminal ``response`` object, which repeats the output).
 
 from __future__ import annotations
 
+import asyncio
 import re
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+import orjson
 
 from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import ADAPTERS
-from lastword.adapters.framing import FRAMINGS, provider_events
+from lastword.adapters.framing import FRAMINGS, provider_event, provider_events
 from lastword.errors import (
     BadRequest,
     EmptyBatch,
@@ -32,8 +49,10 @@ from lastword.errors import (
     InvalidIdempotencyKey,
     InvalidProviderEvent,
     LastwordError,
+    MalformedJson,
     UnsupportedMedia,
 )
+from lastword.http import json_input
 from lastword.http.ingest import body_pieces, media_type, storable_json
 from lastword.rules.events import validate_events
 from lastword.service import RunService
@@ -42,6 +61,16 @@ from lastword.settings import Settings
 #: Room left in an ``eventId`` (200 characters) after the key for ``:<position>``.
 MAX_IDEMPOTENCY_KEY = 160
 _KEY = re.compile(r"[\x21-\x7e]+")
+#: Staged JSON kept in memory before the rest goes to a temporary file.
+SPOOL_BYTES = 4 * 1024 * 1024
+#: Staged events the store reads back and writes at a time (all in one transaction).
+STORE_BATCH = 1000
+#: The most the translation holds the event loop before giving it a turn.
+SLICE_SECONDS = 0.005
+#: A staged event bigger than this is handed to the store with its ``source`` as text (_SourceText).
+LAZY_SOURCE = 64 * 1024
+#: Room for the ``eventId`` of an event staged before its id was known (200 characters at most).
+_ID_ROOM = len(',"eventId":""') + 200
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -63,30 +92,36 @@ async def ingest_provider_stream(
         )
     adapter = ADAPTERS[format](idempotency_key(request))
     limit = settings.max_body_bytes
-    staged: list[dict[str, Any]] = []
-    origins: list[int] = []  # the raw event each staged event was completed by, for problems
-    index = -1
-    try:
-        async for index, raw in provider_events(body_pieces(request, limit), framing):
-            made = adapter.feed(index, raw)
-            staged.extend(made)
-            origins.extend([index] * len(made))
-    except ClientDisconnect:
-        raise BadRequest("the body was cut off before its end; nothing was stored") from None
-    if adapter.events_read == 0:
-        raise EmptyBatch("the body holds no event", index=0)
-    made = adapter.finish(end=end)
-    staged.extend(made)
-    origins.extend([index] * len(made))
-    # A body that never named its call has ids digested from it and the turn it came in (so the
-    # same body in a later turn of the run is that turn's own): read the turn only then.
-    adapter.name_events(f"turn {(await service.get_run(run_id)).turn}" if adapter.needs_scope else "")
-    encoded = checked_events(staged, origins, limit)
-    if staged:
-        outcome = await service.append(run_id, staged, encoded)
-        answer: dict[str, Any] = {"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq}
-    else:  # only skipped events (pings): nothing to store, but the run must exist
-        answer = {"accepted": 0, "duplicates": 0, "lastSeq": (await service.get_run(run_id)).last_seq}
+    with Staging(limit) as staging:
+        index = -1
+        pause = time.perf_counter() + SLICE_SECONDS
+        try:
+            async for index, raw in _provider_events(request, framing, limit):
+                staging.add(adapter.feed(index, raw), adapter.take_unnamed(), index)
+                if time.perf_counter() >= pause:
+                    await asyncio.sleep(0)  # the loop's turn: a body already received never waits
+                    pause = time.perf_counter() + SLICE_SECONDS
+        except ClientDisconnect:
+            raise BadRequest("the body was cut off before its end; nothing was stored") from None
+        if adapter.events_read == 0:
+            raise EmptyBatch("the body holds no event", index=0)
+        last = index
+
+        def finish() -> None:
+            staging.add(adapter.finish(end=end), adapter.take_unnamed(), last)
+
+        # The message is every delta assembled, checked and encoded: a long one is work.
+        await asyncio.to_thread(finish)
+        # A body that never named its call has ids digested from it and the turn it came in (so the
+        # same body in a later turn of the run is that turn's own): read the turn only then.
+        base = adapter.id_base(f"turn {(await service.get_run(run_id)).turn}" if adapter.needs_scope else "")
+        if staging.count:
+            outcome = await service.append_batches(run_id, staging.batches(base, STORE_BATCH))
+            answer: dict[str, Any] = {
+                "accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq,
+            }
+        else:  # only skipped events (pings): nothing to store, but the run must exist
+            answer = {"accepted": 0, "duplicates": 0, "lastSeq": (await service.get_run(run_id)).last_seq}
     stop = adapter.stop
     if stop.stop_reason is not None:
         answer["stopReason"] = stop.stop_reason
@@ -95,8 +130,121 @@ async def ingest_provider_stream(
     return answer
 
 
+async def _provider_events(request: Request, framing: str, limit: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """The body's provider events; a JSON array bigger than ``json_input.WHOLE_BYTES`` a slice at
+    a time (one ``orjson.loads`` of 16 MB holds the loop for a quarter of a second, and makes
+    every event's dict at once)."""
+    pieces = body_pieces(request, limit)
+    if framing != "json":
+        async for item in provider_events(pieces, framing):
+            yield item
+        return
+    body = b"".join([piece async for piece in pieces])
+    slices = json_input.array_slices(body) if len(body) > json_input.WHOLE_BYTES else None
+    if slices is None:
+        async for item in provider_events(_one(body), framing):
+            yield item
+        return
+    index = 0
+    for piece in slices:
+        try:
+            items = json_input.parse_slice(piece, index)
+        except MalformedJson as error:
+            error.extra.setdefault("index", index)  # the first event of the slice that holds the fault
+            raise
+        for item in items:
+            yield index, provider_event(item, index)
+            index += 1
+        del items
+        await asyncio.sleep(0)
+
+
+async def _one(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+class Staging:
+    """The encoded events of one body until the body ends: each checked as it is made, then only
+    its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file.
+
+    An event still waiting for its id (made before the body named its call) is staged without
+    it, with its suffix; :meth:`batches` writes the id into its JSON when the base is known.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in __exit__
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._file.close()
+
+    def add(self, made: list[dict[str, Any]], unnamed: list[tuple[dict[str, Any], str | int]], origin: int) -> None:
+        """Check and stage ``made``, the events provider event ``origin`` completed (``unnamed``:
+        those of them that wait for their id); refuse one that cannot be stored, naming ``origin``."""
+        if not made:
+            return
+        checked = [event for event in made if event["type"] != "assistant/chunk"]
+        if checked:
+            # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
+            _validate(checked, origin)
+        suffixes = {id(event): suffix for event, suffix in unnamed}
+        for event in made:
+            suffix = suffixes.get(id(event))
+            try:
+                body = storable_json(event)
+            except LastwordError as error:
+                error.extra["index"] = origin
+                error.detail = f"event {origin} nests JSON too deeply to be stored"
+                raise
+            # An id to come adds at most ``,"eventId":"<200 characters>"``.
+            size = len(body) + (0 if suffix is None else _ID_ROOM)
+            if size > self.limit:
+                raise EventTooLarge(
+                    f"event {origin} makes an event of {size} bytes; the limit is {self.limit}",
+                    index=origin, limit=self.limit,
+                )
+            split = 0
+            if size > LAZY_SOURCE and event["type"] != "assistant/chunk" and list(event)[-1] == "source":
+                # Where its source begins: read back, the store gets that part as text (_SourceText).
+                split = len(storable_json({key: value for key, value in event.items() if key != "source"})) - 1
+            self._file.write(b"%s/%d\t%s\n" % (b"" if suffix is None else str(suffix).encode(), split, body))
+            self.count += 1
+
+    def batches(self, base: str, size: int) -> Iterator[tuple[list[dict[str, Any]], list[str]]]:
+        """The staged events read back ``size`` at a time, as (events, their JSON), the ids of
+        those that waited for one written in (their ``base`` is known now). Read in the store's
+        worker thread, inside its transaction."""
+        self._file.seek(0)
+        events: list[dict[str, Any]] = []
+        encoded: list[str] = []
+        for line in self._file:
+            meta, _, body = line[:-1].partition(b"\t")
+            suffix, _, split_text = meta.partition(b"/")
+            split = int(split_text)
+            if suffix:  # it waited for its id: written first
+                event_id = orjson.dumps(f"{base}:{suffix.decode()}")
+                body = b'{"eventId":' + event_id + b"," + body[1:]
+                split += len(event_id) + len('"eventId":,') if split else 0
+            if split:
+                event = orjson.loads(body[:split] + b"}")
+                event["source"] = _SourceText(body[split + len(b',"source":'):-1])
+            else:
+                event = orjson.loads(body)
+            events.append(event)
+            encoded.append(body.decode())
+            if len(events) == size:
+                yield events, encoded
+                events, encoded = [], []
+        if events:
+            yield events, encoded
+
+
 def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
-    """The staged events as JSON; refuse, naming the provider event's index, what the adapter made from unusable values.
+    """(The agent CLIs' endpoint, SPEC §16.) The staged events as JSON; refuse, naming the provider event's index, what the adapter made from unusable values.
 
     The adapters check the shape of what they read; the values they pass on (token counts, a
     stop reason) are checked here by the §4 rules, and each event's size against the body limit.
@@ -129,3 +277,33 @@ def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int)
             )
         encoded.append(body.decode())
     return encoded
+
+
+class _SourceText:
+    """A big event's ``source`` as the JSON text it is stored as, not as values: the store only
+    compares it (a retried body's event with the one in the log), and an OpenAI message's or a
+    long tool call's source holds thousands of raw events, each a dict once parsed."""
+
+    __slots__ = ("text",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        # The text was written by orjson from values like ``other``: equal values, equal text.
+        return isinstance(other, _SourceText) and other.text == self.text or orjson.dumps(other) == self.text
+
+
+def _validate(events: list[dict[str, Any]], origin: int) -> None:
+    """The §4 check of events the adapter made from provider event ``origin``."""
+    try:
+        validate_events(events)
+    except InvalidEvent as error:
+        # Adapters check the values they read; this is a safety net, so it names the provider
+        # event that completed the refused one (for a message, the last event of the body).
+        raise InvalidProviderEvent(
+            f"event {origin} makes a session event that is not valid: {error.extra.get('field')}: "
+            f"{error.extra['errors'][0]['message']}",
+            index=origin, field=error.extra.get("field"),
+        ) from None

@@ -101,6 +101,8 @@ class AppendOutcome:
     ended: TurnRecord | None = None
     #: How many events of each type this append stored (duplicates left out), for the metrics.
     accepted_types: dict[str, int] = field(default_factory=dict)
+    #: ``stored`` leaves out the chunks this append stored (too many to hand to subscribers).
+    chunks_left_out: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

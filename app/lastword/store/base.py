@@ -8,7 +8,7 @@ gap-free in commit order and a turn ends exactly once, whichever replica asks.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lastword.rules.records import (
@@ -77,6 +77,19 @@ class Store(abc.ABC):
         """Append validated events to the run's open turn, all or nothing.
 
         ``encoded`` holds each event's JSON when the caller has it already (saves encoding twice).
+        """
+
+    @abc.abstractmethod
+    async def append_batches(
+        self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
+    ) -> AppendOutcome:
+        """Append validated events, given as batches of (events, their JSON), all in one
+        transaction: all or nothing, like :meth:`append` of every batch's events at once.
+
+        ``batches`` is consumed in the store's worker thread, one batch at a time, so a caller
+        that reads them from a file never holds all the events as dicts. When they hold more
+        chunks than one subscriber buffers, the outcome's ``stored`` leaves the chunks out and
+        says so (``chunks_left_out``): subscribers read them from the log.
         """
 
     @abc.abstractmethod

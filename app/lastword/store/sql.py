@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from lastword.errors import LastwordError
 from lastword.rules import runstate
 from lastword.rules.records import (
     AppendOutcome,
@@ -37,6 +38,19 @@ from lastword.store.tx import Tx
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+#: Chunks one append hands to the fan-out at most; more and subscribers read them from the log
+#: (a subscriber buffers no more than about this many: past it, it goes to the log anyway).
+LIVE_CHUNKS = 1000
+
+
+def _shift_index(error: LastwordError, offset: int) -> None:
+    """An error about the ``index``-th event of a batch, made to name its place in the whole append."""
+    index = error.extra.get("index")
+    if offset and isinstance(index, int):
+        error.extra["index"] = index + offset
+        error.detail = error.detail.replace(f"event {index}", f"event {index + offset}", 1)
 
 
 class SqlStore(Store):
@@ -142,6 +156,42 @@ class SqlStore(Store):
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
             accepted_types=dict(Counter(event["type"] for _, event in fresh)),
         )
+
+    async def append_batches(
+        self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
+    ) -> AppendOutcome:
+        return await self._write(self._append_batches, run_id, batches, now)
+
+    def _append_batches(
+        self, tx: Tx, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
+    ) -> AppendOutcome:
+        total: AppendOutcome | None = None
+        types: Counter[str] = Counter()
+        offset = 0
+        for events, encoded in batches:
+            try:
+                outcome = self._append(tx, run_id, events, now, encoded)
+            except LastwordError as error:
+                _shift_index(error, offset)
+                raise
+            offset += len(events)
+            types.update(outcome.accepted_types)
+            if total is None:
+                total = outcome
+                continue
+            total.accepted += outcome.accepted
+            total.duplicates += outcome.duplicates
+            total.last_seq = outcome.last_seq
+            total.ended = outcome.ended or total.ended
+            total.stored.extend(outcome.stored)
+            if not total.chunks_left_out and sum(e.type == "assistant/chunk" for e in total.stored) > LIVE_CHUNKS:
+                total.chunks_left_out = True
+            if total.chunks_left_out:
+                total.stored = [event for event in total.stored if event.type != "assistant/chunk"]
+        if total is None:
+            raise ValueError("append_batches without a batch")
+        total.accepted_types = dict(types)
+        return total
 
     async def end_turn(
         self, run_id: str, stop_reason: StopReason, error: Any, now: float, *, only_if_expired: bool = False
