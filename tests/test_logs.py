@@ -29,3 +29,18 @@ def test_requests_are_logged_as_json_with_their_request_id(tmp_path: Path) -> No
     assert requests["req-42"]["path"] == "/v1/runs" and requests["req-42"]["status"] == 201
     assert requests[generated]["status"] == 404
     assert all({"ts", "level", "logger", "message"} <= entry.keys() for entry in entries)
+
+
+def test_importing_the_package_leaves_other_loggers_alone() -> None:
+    """A parent importing lastword's modules keeps its own httpx logging; the service's
+    logging setup is what quiets httpx (a webhook URL may hold a receiver's token)."""
+    import subprocess
+    import sys
+
+    code = ("import logging, lastword.main, lastword.webhooks.sender\n"
+            "before = logging.getLogger('httpx').level\n"
+            "from lastword.http.logs import configure_logging\n"
+            "configure_logging('info')\n"
+            "print(before, logging.getLogger('httpx').level)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["0", "30"]

@@ -307,7 +307,8 @@ class RunService:
 
     async def end(self, run_id: str, stop_reason: StopReason, error: Any, *, cascade: bool = False) -> EndOutcome:
         outcome = await self._store.end_turn(run_id, stop_reason, error, self.clock())
-        assert outcome is not None  # only the sweep asks for a conditional end
+        if outcome is None:  # only the sweep asks for a conditional end; an assert would vanish under -O
+            raise RuntimeError(f"the store answered no end for an unconditional end of {run_id!r}")
         self._after_end(outcome)
         if cascade:
             await self._cascade(run_id)

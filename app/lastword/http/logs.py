@@ -57,6 +57,9 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    # httpx logs every request's URL at INFO; a webhook URL can hold a receiver's own token.
+    # Set here, with the rest of the process's logging, not when a module is imported.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def new_request_id() -> str:

@@ -43,8 +43,6 @@ from lastword.webhooks.pinned import pinned_transport
 from lastword.webhooks.rules import RESPONSE_EXCERPT, attempt_record, headers, retry_delay
 
 log = logging.getLogger("lastword")
-# httpx logs every request's URL at INFO; a webhook URL can hold a receiver's own token.
-logging.getLogger("httpx").setLevel(logging.WARNING)
 
 #: Longest sleep between looks at the outbox when nothing local wakes the sender.
 POLL_SECONDS = 1.0
