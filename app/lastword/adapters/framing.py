@@ -29,7 +29,7 @@ import orjson
 # (a chain of async generators per line). The version is pinned below 0.5 in pyproject.toml.
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from lastword.errors import InvalidProviderEvent, InvalidUtf8, MalformedJson
+from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, MalformedJson
 from lastword.rules.exact_ints import check_exact
 
 #: Content types → body framing.
@@ -48,37 +48,58 @@ def provider_event(value: Any, index: int) -> dict[str, Any]:
     return value
 
 
-def _loads(raw: bytes | str, index: int) -> Any:
+def loads(raw: bytes | str, index: int, noun: str = "event") -> Any:
+    """One JSON value of a body, held to the exact-integer rule of ``/events`` (422
+    ``number_out_of_range``); 400 naming the ``noun`` and its index when it is not JSON."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise MalformedJson(f"event {index} is not valid JSON: {error}", index=index) from None
+        raise MalformedJson(f"{noun} {index} is not valid JSON: {error}", index=index) from None
     check_exact(raw, first_index=index)
     return value
 
 
+async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> AsyncIterator[list[tuple[int, Any]]]:
+    """The JSON values of the lines each body piece completes, numbered across the body (blank
+    lines skipped). A line that is not JSON raises after the lines before it were handed on,
+    so a reader that stores as it reads keeps them."""
+    index = 0
+    pending = b""
+    async for piece in pieces:
+        lines = (pending + piece).split(b"\n")
+        pending = lines.pop()
+        batch = []
+        for line in lines:
+            if line.strip():
+                try:
+                    batch.append((index, loads(line, index, noun)))
+                except LastwordError:
+                    if batch:
+                        yield batch
+                    raise
+                index += 1
+        if batch:
+            yield batch
+    if pending.strip():
+        yield [(index, loads(pending, index, noun))]
+
+
+async def json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:
+    """A JSON body read whole: an array's items (or the one value), numbered."""
+    body = b"".join([piece async for piece in pieces])
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
+    check_exact(body, items=isinstance(data, list), first_index=0)
+    yield list(enumerate(data if isinstance(data, list) else [data]))
+
+
 async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-    if framing == "json":
-        body = b"".join([piece async for piece in pieces])
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as error:
-            raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
-        check_exact(body, items=isinstance(data, list), first_index=0)
-        for index, value in enumerate(data if isinstance(data, list) else [data]):
-            yield index, provider_event(value, index)
-    elif framing == "ndjson":
-        index = 0
-        pending = b""
-        async for piece in pieces:
-            lines = (pending + piece).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                if line.strip():
-                    yield index, provider_event(_loads(line, index), index)
-                    index += 1
-        if pending.strip():
-            yield index, provider_event(_loads(pending, index), index)
+    if framing in ("json", "ndjson"):
+        async for batch in (json_array(pieces) if framing == "json" else json_lines(pieces)):
+            for index, value in batch:
+                yield index, provider_event(value, index)
     else:
         index = 0
         decoder = codecs.getincrementaldecoder("utf-8")("strict")
@@ -89,7 +110,7 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
             except UnicodeDecodeError as error:
                 raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
             for event in _sse_events(line_decoder.decode(text) if text else [], messages):
-                yield index, provider_event(_loads(event, index), index)
+                yield index, provider_event(loads(event, index), index)
                 index += 1
         try:
             decoder.decode(b"", final=True)

@@ -14,18 +14,16 @@ A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
-from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, MalformedJson, UnsupportedMedia
+from lastword.adapters.framing import json_array, json_lines
+from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
 from lastword.http.ingest import body_pieces, media_type
 from lastword.http.provider_ingest import checked_events
-from lastword.rules.exact_ints import check_exact
 from lastword.schemas import RunCreate
 from lastword.service import RunService
 from lastword.settings import Settings
@@ -51,8 +49,8 @@ async def ingest_cli_stream(
     run = await service.get_run(run_id)  # 404 before reading a byte
     adapter = CLI_ADAPTERS[format]()
     writer = _Writer(service, run_id, settings.max_body_bytes, _Answer(run.last_seq))
-    lines = _json_lines(body_pieces(request, settings.max_body_bytes)) if kind in NDJSON_TYPES \
-        else _json_array(body_pieces(request, settings.max_body_bytes))
+    lines = json_lines(body_pieces(request, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
+        else json_array(body_pieces(request, settings.max_body_bytes))
     try:
         async for batch in lines:
             for index, line in batch:
@@ -122,49 +120,6 @@ class _Writer:
         self.answer.duplicates += outcome.duplicates
         if child is None:
             self.answer.last_seq = outcome.last_seq
-
-
-async def _json_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:
-    """The lines each body piece completes, parsed, numbered across the body (blank lines skipped)."""
-    index = 0
-    pending = b""
-    async for piece in pieces:
-        lines = (pending + piece).split(b"\n")
-        pending = lines.pop()
-        batch = []
-        for line in lines:
-            if line.strip():
-                try:
-                    batch.append((index, _loads(line, index)))
-                except LastwordError:  # not JSON, or an integer that would not be kept
-                    if batch:
-                        yield batch  # the lines before the bad one are stored first
-                    raise
-                index += 1
-        if batch:
-            yield batch
-    if pending.strip():
-        yield [(index, _loads(pending, index))]
-
-
-async def _json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:
-    body = b"".join([piece async for piece in pieces])
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise MalformedJson(f"the body is not valid JSON: {error}", index=0) from None
-    check_exact(body, items=isinstance(data, list), first_index=0)
-    yield list(enumerate(data if isinstance(data, list) else [data]))
-
-
-def _loads(raw: bytes, index: int) -> Any:
-    """One line, held to the exact-integer rule of ``/events`` (422 ``number_out_of_range``)."""
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise MalformedJson(f"line {index} is not valid JSON: {error}", index=index) from None
-    check_exact(raw, first_index=index)
-    return value
 
 
 def _object(value: Any, index: int) -> dict[str, Any]:
