@@ -283,3 +283,13 @@ def test_tail_resumes_across_a_server_restart(server_process: ServerProcess, how
     assert process.returncode == 0, err
     assert "Traceback" not in err.decode()
     assert out.decode() == f"after\n[{run}] end turn 1: completed\n"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(base_url: str) -> None:
+    """`lastword audit | head -1`: the pipe closes under the command; no traceback, status 0."""
+    for _ in range(3):
+        httpx.post(base_url + "/v1/runs", json={}).raise_for_status()
+    # `true` has exited long before the command writes: its first write meets a closed pipe.
+    done = subprocess.run(f"{sys.executable} -m lastword.cli audit --url {base_url} | true",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr[-2000:]

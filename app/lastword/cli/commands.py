@@ -443,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
         return UNREACHABLE
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`lastword audit | head`): what it wanted it has; no traceback.
+        # Python would complain again while flushing stdout at exit, so stdout goes to devnull.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
