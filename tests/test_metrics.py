@@ -39,7 +39,7 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
         api.post("/v1/runs", json={"mode": "continuable"})
         running = api.post("/v1/runs", json={"leaseSeconds": 0}).json()["runId"]
         clock.advance(31)
-        clock.wait_for_reads(2)  # a whole lease sweep ran at the new time (see test_api_runs.Leases)
+        clock.wait_for_reads(2, by="lease sweep")  # a whole lease sweep ran at the new time (see test_api_runs.Leases)
 
         async def with_subscriber() -> dict[Any, float]:
             async with httpx.AsyncClient(base_url=url) as client, open_stream(client, f"/v1/runs/{running}/stream"):

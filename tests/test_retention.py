@@ -25,7 +25,7 @@ def _pass(clock: ManualClock, seconds: float) -> None:
     """Move the clock on and return once a whole retention pass ran at the new time: passes
     read the clock once as they start and run one after the other, and no request is in flight."""
     clock.advance(seconds)
-    clock.wait_for_reads(2)
+    clock.wait_for_reads(2, by="retention")
 
 
 def test_ended_runs_are_deleted_and_answer_410(make_settings: Any) -> None:

@@ -183,11 +183,14 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         app.state.service = service
         app.state.sender = sender  # the server's drain tells it, and waits for its attempts
         sender.start()
-        jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"))]
+        # Named, so logs, debuggers and tests can tell the background jobs apart.
+        jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"),
+                                    name="lease sweep")]
         if settings.retention_hours > 0:
             hours = settings.retention_hours
             jobs.append(asyncio.create_task(service.every(
-                settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention")))
+                settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention"),
+                name="retention"))
         try:
             yield
         finally:
