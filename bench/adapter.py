@@ -16,14 +16,13 @@ events about twice as large.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-import statistics
 import time
 
 import orjson
 
 from bench import http
+from bench.alternating import alternate
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -98,19 +97,7 @@ async def _window(server: Server, kind: str, seconds: float) -> float:
 
 
 async def _measure(ctx: Context, result: Result) -> None:
-    seconds = ctx.pick(5.0, 2.0)
-    rounds = ctx.pick(3, 1)
-    rates: dict[str, list[float]] = {"adapter": [], "events": []}
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(Server())
-        for kind in rates:  # warm-up
-            await _window(server, kind, 0.5)
-        for round_number in range(rounds):
-            for kind in rates:
-                profiled = round_number == rounds - 1 and kind == "adapter"
-                with ctx.profiler.attach(server, f"h-{kind}") if profiled else contextlib.nullcontext():
-                    rates[kind].append(await _window(server, kind, seconds))
-    median = {kind: statistics.median(values) for kind, values in rates.items()}
+    median, seconds, rounds = await alternate(ctx, ("adapter", "events"), _window, profiled="adapter", label="h")
     result.add("adapter", f"SSE body of {DELTAS} deltas → /ingest/anthropic", median["adapter"], "msg/s",
                f"{median['adapter'] * (DELTAS + 7):.0f} provider events/s")
     result.add("events", f"the same message as {DELTAS + 1} §4 events → /events", median["events"], "msg/s",

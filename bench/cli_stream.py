@@ -14,15 +14,14 @@ Issue 20's goal: >= 0.8x.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-import statistics
 import time
 import uuid
 
 import orjson
 
 from bench import http
+from bench.alternating import alternate
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -103,19 +102,7 @@ async def _window(server: Server, kind: str, seconds: float) -> float:
 
 
 async def _measure(ctx: Context, result: Result) -> None:
-    seconds = ctx.pick(5.0, 2.0)
-    rounds = ctx.pick(3, 1)
-    rates: dict[str, list[float]] = {"cli": [], "events": []}
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(Server())
-        for kind in rates:  # warm-up
-            await _window(server, kind, 0.5)
-        for round_number in range(rounds):
-            for kind in rates:
-                profiled = round_number == rounds - 1 and kind == "cli"
-                with ctx.profiler.attach(server, f"k-{kind}") if profiled else contextlib.nullcontext():
-                    rates[kind].append(await _window(server, kind, seconds))
-    median = {kind: statistics.median(values) for kind, values in rates.items()}
+    median, seconds, rounds = await alternate(ctx, ("cli", "events"), _window, profiled="cli", label="k")
     result.add("cli", f"Claude Code run of {DELTAS} deltas → /ingest/claude-code", median["cli"], "runs/s",
                f"{median['cli'] * (DELTAS + 8):.0f} lines/s")
     result.add("events", f"the same run as {DELTAS + 2} §4 events → /events (NDJSON)", median["events"], "runs/s",
