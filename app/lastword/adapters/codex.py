@@ -56,9 +56,6 @@ from lastword.adapters.cli_base import CliAdapter, Event, Made, StreamStop
 #: Line kinds that only announce what ``item.completed`` holds: skipped.
 SKIPPED = frozenset({"item.started", "item.updated"})
 
-_JSON_NAMES = {dict: "an object", str: "a string", int: "an integer", list: "an array"}
-
-
 class CodexAdapter(CliAdapter):
     format = "codex"
 
@@ -70,15 +67,15 @@ class CodexAdapter(CliAdapter):
 
     def feed(self, index: int, line: Event) -> list[Made]:
         self.lines_read += 1
-        kind = self._need(index, line, "type", str)
+        kind = self.need(index, line, "type", str)
         if kind in SKIPPED:
-            item = self._need(index, line, "item", dict)
-            self._need(index, item, "id", str, "item.")
+            item = self.need(index, line, "item", dict)
+            self.need(index, item, "id", str, "item.")
             return []
         if kind == "item.completed":
             return self._completed(index, line)
         if kind == "thread.started":
-            thread = self._need(index, line, "thread_id", str)
+            thread = self.need(index, line, "thread_id", str)
             self._thread = self._thread or thread
             return [self.extension(kind, self.positional_id(self._thread, kind), line)]
         if kind == "turn.completed":
@@ -86,7 +83,7 @@ class CodexAdapter(CliAdapter):
         if kind == "turn.failed":
             return self._turn_failed(index, line)
         if kind == "error":
-            self._need(index, line, "message", str)
+            self.need(index, line, "message", str)
         return [self.extension(kind, self.positional_id(self._thread, kind), line)]
 
     def finish(self) -> list[Made]:
@@ -95,12 +92,12 @@ class CodexAdapter(CliAdapter):
     # Items.
 
     def _completed(self, index: int, line: Event) -> list[Made]:
-        item = self._need(index, line, "item", dict)
-        item_id = self._need(index, item, "id", str, "item.")
-        kind = self._need(index, item, "type", str, "item.")
+        item = self.need(index, line, "item", dict)
+        item_id = self.need(index, item, "id", str, "item.")
+        kind = self.need(index, item, "type", str, "item.")
         event_id = f"{self._thread or self.format}:{item_id}"
         if kind == "agent_message":
-            text = self._need(index, item, "text", str, "item.")
+            text = self.need(index, item, "text", str, "item.")
             if not text.strip():  # no answer to carry the reasoning: it waits for the next
                 return [self._message([{"type": "text", "text": text}], event_id, [line])]
             blocks = [block for block, _, _ in self._reasoning] + [{"type": "text", "text": text}]
@@ -108,13 +105,13 @@ class CodexAdapter(CliAdapter):
             self._reasoning = []
             return [self._message(blocks, event_id, raw)]
         if kind == "reasoning":
-            text = self._need(index, item, "text", str, "item.")
+            text = self.need(index, item, "text", str, "item.")
             if not text.strip():
                 return [self.extension("reasoning", event_id, line)]
             self._reasoning.append(({"type": "reasoning", "text": text}, line, item_id))
             return []
         if kind == "command_execution":
-            command = self._need(index, item, "command", str, "item.")
+            command = self.need(index, item, "command", str, "item.")
             output = item.get("aggregated_output")
             exit_code = item.get("exit_code")
             if output is not None and not isinstance(output, str):
@@ -125,8 +122,8 @@ class CodexAdapter(CliAdapter):
             return [self._message([call], event_id, [line]),
                     self._result(item_id, output or "", exit_code != 0, event_id)]
         if kind == "mcp_tool_call":
-            server = self._need(index, item, "server", str, "item.")
-            tool = self._need(index, item, "tool", str, "item.")
+            server = self.need(index, item, "server", str, "item.")
+            tool = self.need(index, item, "tool", str, "item.")
             arguments = item.get("arguments")
             call = {"type": "tool_call", "id": item_id, "name": f"{server}__{tool}",
                     "input": arguments if isinstance(arguments, dict) else {"arguments": arguments}}
@@ -151,7 +148,7 @@ class CodexAdapter(CliAdapter):
     # The turn's end.
 
     def _turn_completed(self, index: int, line: Event) -> list[Made]:
-        usage = self._need(index, line, "usage", dict)
+        usage = self.need(index, line, "usage", dict)
         for key in ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens"):
             value = usage.get(key)
             if value is not None and (type(value) is not int or value < 0):
@@ -178,8 +175,8 @@ class CodexAdapter(CliAdapter):
         return made
 
     def _turn_failed(self, index: int, line: Event) -> list[Made]:
-        failure = self._need(index, line, "error", dict)
-        text = self._need(index, failure, "message", str, "error.")
+        failure = self.need(index, line, "error", dict)
+        text = self.need(index, failure, "message", str, "error.")
         made = self._unanswered_reasoning()
         turn_end: Event = {"type": "turn/end"}
         if "max_output_tokens" in text:
@@ -193,13 +190,6 @@ class CodexAdapter(CliAdapter):
         turn_end["source"] = self.source([line])
         made.append(Made(turn_end))
         return made
-
-    def _need(self, index: int, container: dict[str, Any], key: str, kind: type, path: str = "") -> Any:
-        """``container[key]``, refused with 422 unless it is present and of ``kind``."""
-        value = container.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.refuse(index, f"{path}{key}", f"expected {_JSON_NAMES.get(kind, kind.__name__)}")
-        return value
 
 
 def _mcp_result(item: dict[str, Any]) -> tuple[Any, bool]:

@@ -47,9 +47,6 @@ from lastword.rules.stop_reasons import normalise_stop_reason
 #: ``step_finish`` reasons that leave the turn open: the loop answers the tool calls.
 NOT_TERMINAL = frozenset({"tool-calls", "tool_calls"})
 
-_JSON_NAMES = {dict: "an object", str: "a string", int: "an integer", list: "an array"}
-
-
 @dataclass(slots=True)
 class _Step:
     """The step being assembled: its parts by id (last printing kept) and its raw lines."""
@@ -70,7 +67,7 @@ class OpencodeAdapter(CliAdapter):
 
     def feed(self, index: int, line: Event) -> list[Made]:
         self.lines_read += 1
-        kind = self._need(index, line, "type", str)
+        kind = self.need(index, line, "type", str)
         session = line.get("sessionID")
         if self._session is None and isinstance(session, str):
             self._session = session
@@ -81,9 +78,9 @@ class OpencodeAdapter(CliAdapter):
             part_id = part.get("id") if isinstance(part, dict) else None
             event_id = part_id if isinstance(part_id, str) else self.positional_id(self._session, kind)
             return [self.extension(kind, event_id, line)]
-        part = self._need(index, line, "part", dict)
-        self._need(index, part, "id", str, "part.")
-        message_id = self._need(index, part, "messageID", str, "part.")
+        part = self.need(index, line, "part", dict)
+        self.need(index, part, "id", str, "part.")
+        message_id = self.need(index, part, "messageID", str, "part.")
         if kind == "step_start":
             made = self._close_open()
             self._step = _Step(message_id, line)
@@ -105,22 +102,22 @@ class OpencodeAdapter(CliAdapter):
     def _add_part(self, index: int, kind: str, line: Event, part: dict[str, Any]) -> None:
         assert self._step is not None
         if kind in ("text", "reasoning"):
-            self._need(index, part, "text", str, "part.")
+            self.need(index, part, "text", str, "part.")
         else:
-            self._need(index, part, "tool", str, "part.")
-            self._need(index, part, "callID", str, "part.")
-            state = self._need(index, part, "state", dict, "part.")
-            status = self._need(index, state, "status", str, "part.state.")
-            self._need(index, state, "input", dict, "part.state.")
+            self.need(index, part, "tool", str, "part.")
+            self.need(index, part, "callID", str, "part.")
+            state = self.need(index, part, "state", dict, "part.")
+            status = self.need(index, state, "status", str, "part.state.")
+            self.need(index, state, "input", dict, "part.state.")
             if status == "completed":
-                self._need(index, state, "output", str, "part.state.")
+                self.need(index, state, "output", str, "part.state.")
             elif status == "error":
-                self._need(index, state, "error", str, "part.state.")
+                self.need(index, state, "error", str, "part.state.")
         self._step.parts[part["id"]] = (kind, part, line)
 
     def _finish_step(self, index: int, line: Event, part: dict[str, Any]) -> list[Made]:
-        reason = self._need(index, part, "reason", str, "part.")
-        tokens = self._need(index, part, "tokens", dict, "part.")
+        reason = self.need(index, part, "reason", str, "part.")
+        tokens = self.need(index, part, "tokens", dict, "part.")
         cache = tokens.get("cache") if tokens.get("cache") is not None else {}
         if not isinstance(cache, dict):
             raise self.refuse(index, "part.tokens.cache", "expected an object")
@@ -189,7 +186,7 @@ class OpencodeAdapter(CliAdapter):
         return [stored, *results]
 
     def _error(self, index: int, line: Event) -> list[Made]:
-        failure = self._need(index, line, "error", dict)
+        failure = self.need(index, line, "error", dict)
         name = failure.get("name")
         data = failure.get("data")
         text = data.get("message") if isinstance(data, dict) else None
@@ -203,13 +200,6 @@ class OpencodeAdapter(CliAdapter):
                           "eventId": self.positional_id(self._session, "error"), "source": self.source([line])}))
         self._stop = StreamStop("error", "error", error)
         return made
-
-    def _need(self, index: int, container: dict[str, Any], key: str, kind: type, path: str = "") -> Any:
-        """``container[key]``, refused with 422 unless it is present and of ``kind``."""
-        value = container.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.refuse(index, f"{path}{key}", f"expected {_JSON_NAMES.get(kind, kind.__name__)}")
-        return value
 
 
 def _stop_reason(reason: str) -> tuple[str | None, dict[str, str] | None]:
