@@ -43,9 +43,14 @@ def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.ti
     server = LastwordServer(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
+    # A readiness bound, not a speed assertion: on a loaded machine a PostgreSQL start (its
+    # migrations) took longer than 15 s, and the thread went on starting against a schema the
+    # test had already dropped.
+    deadline = time.monotonic() + 60
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            thread.join(timeout=60)
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
