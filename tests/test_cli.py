@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -202,6 +203,7 @@ def test_every_command_says_a_refusal_in_one_style(guarded_url: str, command: li
     assert refused.returncode == (7 if command[0] == "run" else 1), refused.stderr
     line = one_line_error(refused)
     assert re.fullmatch(rf"lastword {command[0]}: 401 invalid_token: \S.*", line), line
+    assert "--token" in line, line  # the one thing the user can do about it
 
 
 @pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
@@ -225,6 +227,33 @@ def test_the_other_failures_name_their_command(api: httpx.Client, base_url: str)
     running = lastword("result", run, "--tool", "--url", base_url)
     assert running.returncode == 3
     assert one_line_error(running) == "lastword result: the turn is still running"
+
+
+@pytest.mark.parametrize("mode", [[], ["--text"]])
+def test_push_with_nothing_on_stdin_says_nothing_was_sent(mode: list[str]) -> None:
+    """`lastword push RUN </dev/null` sends nothing (the service is not even asked) and says so on
+    stderr instead of a bare "accepted 0" that reads as if the run had taken it."""
+    quiet = lastword("push", "r1", *mode, "--url", f"http://127.0.0.1:{free_port()}", stdin=b"")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "nothing read from standard input, nothing sent" in one_line_error(quiet)
+
+
+def test_serve_on_a_port_in_use_says_to_choose_another(tmp_path: Path) -> None:
+    """A port another process listens on: one line naming the port and --port, exit 2, and the
+    store is not opened (no database file appears)."""
+    database = tmp_path / "lastword.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = subprocess.run([sys.executable, "-m", "lastword.cli", "serve", "--port", str(port)],
+                                 capture_output=True, timeout=60,
+                                 env={**os.environ, "LASTWORD_DATABASE_URL": f"sqlite:///{database}"})
+    assert refused.returncode == 2, refused.stderr
+    line = one_line_error(refused)
+    assert line == (f"lastword serve: port {port} on 127.0.0.1 is already in use (another lastword?): "
+                    "choose another with --port or LASTWORD_PORT"), line
+    assert not database.exists()
 
 
 def test_a_url_ending_in_v1_says_to_leave_it_out(base_url: str) -> None:

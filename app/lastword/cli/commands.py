@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import errno
 import functools
 import gc
 import io
 import json
 import os
 import signal
+import socket
 import sys
 import textwrap
 import time
@@ -40,12 +42,12 @@ from lastword.settings import Settings
 EXIT_STATUSES = {
     0: "done",
     1: "the service refused the request (the line says its status and problem code)",
-    2: "bad command line or input",
+    2: "bad command line or input (serve: the address cannot be listened on)",
     3: "result --tool: the turn is still running",
     4: "the service cannot be reached",
     130: "interrupted",
 }
-REFUSED, UNREACHABLE, INTERRUPTED = 1, 4, 130
+REFUSED, USAGE, UNREACHABLE, INTERRUPTED = 1, 2, 4, 130
 #: Requests are retried a few times only: a command says soon that the service is not there.
 CLI_RETRIES = 2
 #: A ``tail`` that was following a stream waits out a server restart of any length.
@@ -61,6 +63,10 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.model_copy(update=overrides)
+    refusal = _unbindable(settings.host, settings.port)
+    if refusal:
+        print(f"lastword serve: {refusal}", file=sys.stderr)
+        return USAGE
     configure_logging(settings.log_level)
     server = LastwordServer(uvicorn_config(settings))
     # Everything imported and built so far lives as long as the process: moving it out of the
@@ -75,6 +81,30 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     server.run()
     return 0
+
+
+def _unbindable(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, as a line that says what to do, or None.
+
+    Tried before the app starts (uvicorn would open the store, then log a bare errno and exit);
+    the probe socket is closed at once, with the same SO_REUSEADDR uvicorn sets, so a port left
+    in TIME_WAIT by a server that just stopped is not mistaken for a port in use."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError as error:
+        return f"cannot listen on {host!r}: {error.strerror or error} (set --host or LASTWORD_HOST)"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another lastword?): "
+                        f"choose another with --port or LASTWORD_PORT")
+            if error.errno == errno.EACCES:
+                return f"not allowed to listen on port {port}: choose one above 1023 with --port or LASTWORD_PORT"
+            return f"cannot listen on {host}:{port}: {error.strerror or error} (set --host/--port)"
+    return None
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
@@ -190,18 +220,21 @@ def _push(args: argparse.Namespace) -> int:
         if args.text:
             # A character split between two reads is completed by the next one.
             decoder = codecs.getincrementaldecoder("utf-8")()
-            total = 0
+            total, sent = 0, False
             while piece := stdin.read1(65536):
                 text = decoder.decode(piece)
                 if text:
-                    total += client.push_text(args.run, text).accepted
+                    total, sent = total + client.push_text(args.run, text).accepted, True
             tail = decoder.decode(b"", final=True)
             if tail:
-                total += client.push_text(args.run, tail).accepted
+                total, sent = total + client.push_text(args.run, tail).accepted, True
+            if not sent:
+                _nothing_read()
             print(f"accepted {total}")
             return 0
         batch: list[dict[str, Any]] = []
         accepted = duplicates = 0
+        sent = False
         for number, line in enumerate(stdin, start=1):
             if not line.strip():
                 continue
@@ -211,13 +244,21 @@ def _push(args: argparse.Namespace) -> int:
                 print(f"lastword push: line {number}: not JSON: {error}", file=sys.stderr)
                 return 2
             if len(batch) >= args.batch:
-                answer = client.push_events(args.run, batch)
+                answer, sent = client.push_events(args.run, batch), True
                 accepted, duplicates, batch = accepted + answer.accepted, duplicates + answer.duplicates, []
         if batch:
-            answer = client.push_events(args.run, batch)
+            answer, sent = client.push_events(args.run, batch), True
             accepted, duplicates = accepted + answer.accepted, duplicates + answer.duplicates
+        if not sent:
+            _nothing_read()
         print(f"accepted {accepted}, duplicates {duplicates}")
     return 0
+
+
+def _nothing_read() -> None:
+    # Nothing was sent, so the service was not asked: the run may not even exist.
+    print("lastword push: nothing read from standard input, nothing sent "
+          "(pipe in §4 events one JSON object a line, or text with --text)", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -420,6 +461,9 @@ def _refusal(error: httpx.HTTPStatusError) -> LastwordAPIError:
 
 def _problem_line(error: LastwordAPIError) -> str:
     detail = error.problem.get("detail") or error.problem.get("title") or ""
+    if error.status == 401:
+        # The one refusal a newcomer meets first, and the one only the command line can mend.
+        detail = (detail + " " if detail else "") + "(give the token with --token or LASTWORD_TOKEN)"
     return f"{error.status} {error.code}" + (f": {detail}" if detail else "")
 
 
