@@ -280,7 +280,7 @@ INPUT = {"command": "ls"}
 ])
 def test_opencode_refusals(line: Event, field: str, expected: str) -> None:
     """A line opencode would not print is refused (422) by its index, field and what was expected."""
-    assert refusal(OpencodeAdapter(), line) == f"line 7: {field}: {expected} (not a opencode line)"  # the wording of cli_base.refusal
+    assert refusal(OpencodeAdapter(), line) == f"line 7: {field}: {expected} (not an opencode line)"
 
 
 def test_opencode_events_ids_and_sources() -> None:

@@ -246,8 +246,9 @@ _SOURCE_DEPTH = 7
 def refusal(format: str, index: int, field: str, message: str, *, noun: str = "event") -> NotTheFormat:
     """422 for a well-formed ``noun`` (a stream event, a CLI's line) that is not what ``format`` sends."""
     what = "stream event" if noun == "event" else noun
+    article = "an" if format[:1] in "aeiou" else "a"  # an anthropic, an opencode, an openai-responses
     return NotTheFormat(
-        f"{noun} {index}: {field}: {message} (not a {format} {what})", index=index, field=field, format=format,
+        f"{noun} {index}: {field}: {message} (not {article} {format} {what})", index=index, field=field, format=format,
     )
 
 
