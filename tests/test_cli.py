@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,6 +136,27 @@ def test_tail_of_an_ended_run_prints_it_from_its_start(api: httpx.Client, base_u
     shown = lastword("tail", run, "--url", base_url)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.decode() == f"[{run}] start turn 1 agent=done\nHello, world\n[{run}] end turn 1: completed\n"
+
+
+def test_tail_of_a_running_turn_prints_what_it_said_so_far(api: httpx.Client, base_url: str) -> None:
+    """tail of a run whose second turn is under way prints that turn from its start (its text
+    so far, then live), not the first turn's and not only a status line."""
+    run = api.post("/v1/runs", json={"agent": "again", "mode": "continuable"}).json()["runId"]
+    api.post(f"/v1/runs/{run}/chunks", json={"text": "first turn"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/turns", json={}).raise_for_status()
+    api.post(f"/v1/runs/{run}/chunks", json={"text": "so far, "}).raise_for_status()
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", run, "--url", base_url],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    assert process.stdout.readline().decode() == f"[{run}] start turn 2 agent=again\n"
+    assert process.stdout.read(len("so far, ")) == b"so far, "
+    api.post(f"/v1/runs/{run}/chunks", json={"text": "then live"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/end", json={"stopReason": "completed"}).raise_for_status()
+    api.post(f"/v1/runs/{run}/close").raise_for_status()
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.decode() == f"then live\n[{run}] end turn 2: completed\n[{run}] closed\n", out
 
 
 def test_version() -> None:
@@ -292,10 +314,11 @@ def test_tail_resumes_across_a_server_restart(server_process: ServerProcess, how
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert process.stdout is not None
-        assert run in process.stdout.readline().decode()  # the snapshot line: the stream is open
+        assert run in process.stdout.readline().decode()  # the turn's start line: the stream is open
         with httpx.Client(base_url=server_process.url, timeout=30) as api:
             api.post(f"/v1/runs/{run}/chunks", json={"text": "during "}).raise_for_status()
-        assert process.stdout.read(len("during ")) == b"during "  # tail has had it before the stop
+        # What the turn said before the tail began, then live: all had before the stop.
+        assert process.stdout.read(len("before during ")) == b"before during "
         server_process.stop() if how == "stop" else server_process.kill()
         if how == "kill-long":
             time.sleep(LONG_OUTAGE_SECONDS)  # the outage's length is the point, not a synchronisation
@@ -312,6 +335,52 @@ def test_tail_resumes_across_a_server_restart(server_process: ServerProcess, how
     assert process.returncode == 0, err
     assert "Traceback" not in err.decode()
     assert out.decode() == f"after\n[{run}] end turn 1: completed\n"
+
+
+def sse_subscribers(url: str) -> float:
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    return float(re.search(r"^lastword_sse_subscribers (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_firehose_tail_hears_an_end_said_while_the_server_restarted(server_process: ServerProcess) -> None:
+    """`lastword tail` (every run, no id) that has heard nothing yet when the server drains
+    resumes where the server said the stream stood (its server/reconnect's lastEventId), not
+    from whatever is new when it comes back: a run that starts and ends while the server is away
+    (here through another server on the same database) is printed, then what follows."""
+    process = subprocess.Popen([sys.executable, "-m", "lastword.cli", "tail", "--url", server_process.url],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(120, process.kill)  # a missed line must fail the test, not hang it
+    watchdog.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sse_subscribers(server_process.url) < 1:  # the tail's stream is open
+            assert time.monotonic() < deadline and process.poll() is None, "tail did not connect"
+            time.sleep(0.05)
+        server_process.stop()
+        other = ServerProcess({"LASTWORD_DATABASE_URL": server_process.env["LASTWORD_DATABASE_URL"],
+                               "LASTWORD_LOG_LEVEL": "warning"}, cwd=REPO).start()
+        with httpx.Client(base_url=other.url, timeout=30) as api:
+            away = api.post("/v1/runs", json={"agent": "away"}).json()["runId"]
+            api.post(f"/v1/runs/{away}/end", json={"stopReason": "completed"}).raise_for_status()
+        other.stop()
+        server_process.start()
+        with httpx.Client(base_url=server_process.url, timeout=30) as api:
+            marker = api.post("/v1/runs", json={"agent": "back"}).json()["runId"]
+            api.post(f"/v1/runs/{marker}/end", json={"stopReason": "completed"}).raise_for_status()
+        assert process.stdout is not None
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith(f"[{marker}] end"):
+            line = process.stdout.readline().decode()
+            assert line, f"tail ended ({process.wait()}): {lines}"
+            if line.strip():
+                lines.append(line.strip())
+    finally:
+        watchdog.cancel()
+        process.kill()
+        process.communicate()
+    assert lines == [f"[{away}] start turn 1 agent=away", f"[{away}] end turn 1: completed",
+                     f"[{marker}] start turn 1 agent=back", f"[{marker}] end turn 1: completed"], lines
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(base_url: str) -> None:

@@ -28,13 +28,14 @@ import socket
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from lastword import __version__
-from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.client.core import LastwordAPIError, LastwordClient, StreamMessage
 from lastword.schemas import Run
 from lastword.settings import Settings
 
@@ -152,11 +153,13 @@ def _tail(args: argparse.Namespace) -> int:
             messages = client.stream_all(parent_run_id=args.parent)
         else:
             # A run that was not there at first, or that has already ended, is printed from its
-            # start: nothing it said before this tail saw it is missed. A running one: its
-            # snapshot, then live.
+            # start: nothing it said before this tail saw it is missed. A running one from its
+            # open turn's start (what it has said so far, then live); an idle one: its snapshot,
+            # then live.
             found = _wait_for_run(client, args.run)
-            after = None if found is not None and found.status != "ended" else 0
-            messages = client.stream(args.run, include_chunks=True, after=after)
+            after = None if found is not None and found.status == "idle" else 0
+            from_turn = found.turn if found is not None and found.status == "running" else 0
+            messages = _from_turn(client.stream(args.run, include_chunks=True, after=after), from_turn)
         try:
             for message in messages:
                 data = message.data
@@ -178,6 +181,16 @@ def _tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return INTERRUPTED
     return 0
+
+
+def _from_turn(messages: Iterator[StreamMessage], turn: int) -> Iterator[StreamMessage]:
+    """``messages`` from the ``subagent/start`` of ``turn`` on (replayed from the run's start:
+    the earlier turns are passed over, not printed)."""
+    started = turn <= 1
+    for message in messages:
+        started = started or (message.event == "subagent/start" and message.data.get("turn", 0) >= turn)
+        if started:
+            yield message
 
 
 def _wait_for_run(client: LastwordClient, run_id: str) -> Run | None:

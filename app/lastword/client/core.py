@@ -486,8 +486,14 @@ class _Resume:
         specification says, so ``server/reconnect`` is told apart by its type."""
         if event.event == "server/reconnect":
             # The server ends this connection on purpose (a drain, the connection's lifetime):
-            # coming back is the plan, not a failure, so the reconnects start afresh.
+            # coming back is the plan, not a failure, so the reconnects start afresh. A stream
+            # that has had no message yet (a quiet firehose) resumes from where the server says
+            # it stood, so what is said while the server restarts is not missed.
             self._failures = 0
+            if self.last is None and event.data:
+                stood = orjson.loads(event.data).get("lastEventId")
+                if isinstance(stood, int) and not isinstance(stood, bool):
+                    self.last = stood
             return None
         if not event.id:
             return None
