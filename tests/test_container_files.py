@@ -201,3 +201,15 @@ def test_health_checks_ask_readyz_and_stops_outlast_the_drain() -> None:
     for name, service in replicas.items():
         assert "/readyz" in " ".join(service["healthcheck"]["test"]), name
         assert float(service["stop_grace_period"].removesuffix("s")) > drain, name
+
+
+def test_compose_replicas_answer_their_service_names() -> None:
+    """Another Compose service reaches a replica by its service name (``http://lastword-a:8000``):
+    each name is in LASTWORD_ALLOWED_HOSTS, else /mcp refuses that Host (403 host_not_allowed)."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    replicas = [name for name in compose["services"] if name.startswith("lastword")]
+    for name in replicas:
+        allowed = compose["services"][name]["environment"].get("LASTWORD_ALLOWED_HOSTS", "")
+        assert name in [host.strip() for host in allowed.split(",")], (name, allowed)
