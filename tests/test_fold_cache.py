@@ -93,8 +93,9 @@ def test_the_cache_drops_the_least_recently_used_folds_past_its_bytes() -> None:
 def test_a_fold_counts_the_selected_message_not_every_message() -> None:
     """A fold keeps only the latest substantive message's content: it counts the largest, not
     their sum, unless it joins continuations (it then keeps every max-tokens segment)."""
-    message = {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "z" * 1000}]}}
-    size = len(orjson.dumps(message["message"]["content"]))
+    content = [{"type": "text", "text": "z" * 1000}]
+    message = {"type": "assistant/message", "message": {"content": content}}
+    size = len(orjson.dumps(content))
     plain, joining = MeasuredFold(), MeasuredFold(join_continuations=True)
     for _ in range(5):
         plain.push(message)
