@@ -26,11 +26,12 @@ def open_store(settings: Settings) -> Store:
             url,
             durability=settings.durability,
             default_lease_seconds=settings.lease_seconds,
+            fold_cache_bytes=settings.fold_cache_bytes,
         )
     if is_postgres_url(url):
         from lastword.store.postgres import PostgresStore
 
-        return PostgresStore(url, default_lease_seconds=settings.lease_seconds)
+        return PostgresStore(url, default_lease_seconds=settings.lease_seconds, fold_cache_bytes=settings.fold_cache_bytes)
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
 
 

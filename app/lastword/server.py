@@ -25,6 +25,7 @@ app sees the request as disconnected: an NDJSON or text body keeps what arrived)
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import socket
 import time
 from collections.abc import Callable
@@ -235,6 +236,29 @@ class LastwordServer(uvicorn.Server):
         # (uvicorn hands it to asyncio.wait_for, which takes seconds as a float.)
         self.config.timeout_graceful_shutdown = max(0.0, deadline - loop.time())  # type: ignore[assignment]
         await super().shutdown(sockets)
+
+
+#: A block of memory at least this big is mapped on its own, and given back when freed.
+BIG_BLOCK_BYTES = 256 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+
+
+def give_big_blocks_back(threshold: int = BIG_BLOCK_BYTES) -> bool:
+    """Make glibc's allocator give big blocks back to the system when they are freed.
+
+    By default glibc raises the size it maps blocks from to the size of the last mapped block
+    freed (up to 32 MiB): after the first big body, a 16 MB buffer comes from the heap of the
+    thread that made it and stays with the process when freed, where a buffer made in another
+    thread (the store's, the translation's) cannot reuse it. A provider body then cost the
+    server twice what it holds. A fixed threshold keeps what a body costs to what it holds at
+    once (``tests/test_provider_memory.py``). ``False`` where the C library has no ``mallopt``.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc (musl, macOS): their allocators decide
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
 def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, **overrides: Any) -> uvicorn.Config:

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest single event accepted (as JSON).")
     max_batch_events: int = Field(10_000, gt=0, description="Most events accepted in one JSON batch.")
+    fold_cache_bytes: int = Field(
+        256 * 1024 * 1024, gt=0,
+        description="Bytes the folds of open turns kept in memory may hold; past it the least recently used are "
+                    "dropped (rebuilt from the log when asked for).",
+    )
     max_page_size: int = Field(
         1000, gt=0, description="Most items one page of runs or events returns (larger limits are lowered)."
     )

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, check_exact_text, chunk, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, TextPieces, check_exact_text, chunk, usage_of
 
 #: Stop reasons that end the turn, as §6 values; any other leaves it open.
 TERMINAL_STOPS = {
@@ -47,14 +47,14 @@ _COUNTS = tuple(theirs for theirs, _ in _USAGE_FIELDS)
 
 
 class _Block:
-    """One content block being assembled (deltas kept in lists, joined once at the end)."""
+    """One content block being assembled (deltas kept as :class:`TextPieces`, joined once at the end)."""
 
     __slots__ = ("start", "parts", "json_parts", "json_index", "signature", "citations")
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
-        self.parts: list[str] = []
-        self.json_parts: list[str] = []
+        self.parts = TextPieces()
+        self.json_parts = TextPieces()
         self.json_index = -1  # the event of the last input delta, named if the input is refused
         self.signature: str | None = None
         self.citations: list[Any] = []
@@ -63,19 +63,19 @@ class _Block:
         """The block as a §3 block; ``None`` for a tool call whose input never completed."""
         kind = self.start["type"]
         if kind == "text":
-            block: dict[str, Any] = {"type": "text", "text": (self.start.get("text") or "") + "".join(self.parts)}
+            block: dict[str, Any] = {"type": "text", "text": (self.start.get("text") or "") + self.parts.text()}
             citations = list(self.start.get("citations") or []) + self.citations
             if citations:
                 block["citations"] = citations
             return block
         if kind == "thinking":
-            block = {"type": "reasoning", "text": (self.start.get("thinking") or "") + "".join(self.parts)}
+            block = {"type": "reasoning", "text": (self.start.get("thinking") or "") + self.parts.text()}
             signature = self.signature if self.signature is not None else self.start.get("signature")
             if signature:
                 block["signature"] = signature
             return block
         if self.json_parts or kind == "tool_use":
-            text = "".join(self.json_parts)
+            text = self.json_parts.text()
             if text:
                 try:
                     value = orjson.loads(text)

@@ -235,7 +235,40 @@ class RawEvents:
         self._text += encoded
 
     def fragment(self) -> orjson.Fragment:
-        return orjson.Fragment(bytes(self._text) + b"]")
+        """The array, once: the buffer is handed over and emptied, so a long source is never
+        held twice (the buffer and its copy) longer than the copy takes."""
+        self._text += b"]"
+        text, self._text = bytes(self._text), bytearray(b"[")
+        return orjson.Fragment(text)
+
+
+class TextPieces:
+    """Strings to join once at the end (a block's deltas), joined a few hundred at a time.
+
+    A delta may be one character: a list of them costs some sixty bytes a character (a str
+    object and its pointer), so a long stream of them is kept as a few long strings instead.
+    """
+
+    __slots__ = ("_joined", "_pending")
+
+    #: Pieces gathered before they are joined into one.
+    BATCH = 256
+
+    def __init__(self) -> None:
+        self._joined: list[str] = []
+        self._pending: list[str] = []
+
+    def append(self, text: str) -> None:
+        self._pending.append(text)
+        if len(self._pending) >= self.BATCH:
+            self._joined.append("".join(self._pending))
+            self._pending.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._joined or self._pending)
+
+    def text(self) -> str:
+        return "".join([*self._joined, *self._pending])
 
 
 #: Levels around a raw event in a stored message: the serving headroom (``NESTING_HEADROOM`` of

@@ -59,8 +59,9 @@ TAIL_POLL_SECONDS = 0.25
 
 def _serve(args: argparse.Namespace) -> int:
     from lastword.http.logs import configure_logging
-    from lastword.server import LastwordServer, uvicorn_config
+    from lastword.server import LastwordServer, give_big_blocks_back, uvicorn_config
 
+    give_big_blocks_back()
     settings = Settings()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.model_copy(update=overrides)

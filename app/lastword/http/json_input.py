@@ -77,10 +77,11 @@ def refuse_inexact(raw: bytes, *, index: int | None) -> None:
     check_exact(raw, items=False, first_index=index)
 
 
-def array_slices(raw: bytes, budget: int = SLICE_BYTES) -> Iterator[bytes] | None:
+def array_slices(raw: bytes | bytearray, budget: int = SLICE_BYTES) -> Iterator[bytes] | None:
     """The items of a top-level JSON array as slices of about ``budget`` bytes; None if
     ``raw`` is not an array. Each slice is the items' text joined by commas, to be parsed as
-    ``b"[" + slice + b"]"``. A malformed body may be cut anywhere: its slices do not parse."""
+    ``b"[" + slice + b"]"``. A malformed body may be cut anywhere: its slices do not parse.
+    ``raw`` may be the ``bytearray`` the body was received into (no whole copy of it is made)."""
     leading = _LEADING_SPACE.match(raw)  # no copy of a 16 MB body, unlike lstrip()
     start = leading.end() if leading else 0
     if raw[start : start + 1] != b"[":
@@ -88,7 +89,7 @@ def array_slices(raw: bytes, budget: int = SLICE_BYTES) -> Iterator[bytes] | Non
     return _slices(raw, start + 1, budget)
 
 
-def _slices(raw: bytes, begin: int, budget: int) -> Iterator[bytes]:
+def _slices(raw: bytes | bytearray, begin: int, budget: int) -> Iterator[bytes]:
     depth = 1
     piece_start = begin
     for match in _TOKENS.finditer(raw, begin):
@@ -102,12 +103,12 @@ def _slices(raw: bytes, begin: int, budget: int) -> Iterator[bytes]:
             if depth == 0:
                 if raw[match.end():].strip(_WHITESPACE):
                     raise MalformedJson("the body is not valid JSON: data after the array")
-                last = raw[piece_start : match.start()]
+                last = bytes(raw[piece_start : match.start()])
                 if last.strip(_WHITESPACE) or piece_start > begin:
                     yield last
                 return
         elif depth == 1 and match.start() - piece_start >= budget:
-            yield raw[piece_start : match.start()]
+            yield bytes(raw[piece_start : match.start()])
             piece_start = match.end()
     raise MalformedJson("the body is not valid JSON: the array is not closed")
 

@@ -12,9 +12,11 @@ Memory. Each event is checked (§4 rules, nesting, size) and encoded as the adap
 and only its JSON is staged (:class:`Staging`): up to :data:`SPOOL_BYTES` in memory, the rest in
 a temporary file, so what a body costs is not its number of events times the size of a Python
 dict. The store reads the staged JSON back a batch of :data:`STORE_BATCH` events at a time,
-all in one transaction. A 16 MB body of one-character deltas used to raise the server's peak
-memory by twenty times its size; the test that measures it
-(``tests/test_provider_memory.py``) holds it to four.
+all in one transaction. A message's source (a tool call's input deltas: most of such a body)
+is staged from its one buffer and read back into the buffer of the stored text (:class:`Staging`).
+A 16 MB body of one-character deltas used to raise the server's peak memory by twenty times its
+size; the test that measures it (``tests/test_provider_memory.py``) holds every shape of body,
+and four at once, to four.
 
 The event loop. A big JSON array is parsed a slice at a time (:mod:`lastword.http.json_input`)
 and the translation gives the loop back every :data:`SLICE_SECONDS`; the end of the body (a
@@ -139,10 +141,13 @@ async def _provider_events(request: Request, framing: str, limit: int) -> AsyncI
         async for item in provider_events(pieces, framing):
             yield item
         return
-    body = b"".join([piece async for piece in pieces])
+    # Received into one growing buffer: a list of the pieces and their join would hold it twice.
+    body = bytearray()
+    async for piece in pieces:
+        body += piece
     slices = json_input.array_slices(body) if len(body) > json_input.WHOLE_BYTES else None
     if slices is None:
-        async for item in provider_events(_one(body), framing):
+        async for item in provider_events(_one(bytes(body)), framing):
             yield item
         return
     index = 0
@@ -167,8 +172,13 @@ class Staging:
     """The encoded events of one body until the body ends: each checked as it is made, then only
     its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file.
 
-    An event still waiting for its id (made before the body named its call) is staged without
-    it, with its suffix; :meth:`batches` writes the id into its JSON when the base is known.
+    Each event is staged as a line ``<suffix> <head bytes> <tail bytes>`` and its JSON in two
+    parts: the tail is a big event's ``,"source":…}`` (a message's source is every raw event of
+    its tool calls' input: most of the body), written from its own encoding and read back
+    straight into the buffer of the stored text, so a big source is never copied whole more
+    than once at a time. An event still waiting for its id (made before the body named its
+    call) is staged without it, with its suffix; :meth:`batches` writes the id into its JSON
+    when the base is known.
     """
 
     def __init__(self, limit: int) -> None:
@@ -191,27 +201,27 @@ class Staging:
         if checked:
             # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
             _validate(checked, origin)
-        suffixes = {id(event): suffix for event, suffix in unnamed}
-        for event in made:
-            suffix = suffixes.get(id(event))
-            try:
-                body = storable_json(event)
-            except LastwordError as error:
-                error.extra["index"] = origin
-                error.detail = f"event {origin} nests JSON too deeply to be stored"
-                raise
+        del checked
+        waiting = {id(event): suffix for event, suffix in unnamed}
+        suffixes = [waiting.get(id(event)) for event in made]
+        unnamed.clear()  # (the caller's list, taken from the adapter for this call)
+        made.reverse()
+        for suffix in suffixes:
+            # Popped, so a message (its source: most of the body) is let go once it is encoded.
+            head, tail = _encoded(made.pop(), origin)
+            tail_size = sum(len(part) for part in tail)
             # An id to come adds at most ``,"eventId":"<200 characters>"``.
-            size = len(body) + (0 if suffix is None else _ID_ROOM)
+            size = len(head) + tail_size + (0 if suffix is None else _ID_ROOM)
             if size > self.limit:
                 raise EventTooLarge(
                     f"event {origin} makes an event of {size} bytes; the limit is {self.limit}",
                     index=origin, limit=self.limit,
                 )
-            split = 0
-            if size > LAZY_SOURCE and event["type"] != "assistant/chunk" and list(event)[-1] == "source":
-                # Where its source begins: read back, the store gets that part as text (_SourceText).
-                split = len(storable_json({key: value for key, value in event.items() if key != "source"})) - 1
-            self._file.write(b"%s/%d\t%s\n" % (b"" if suffix is None else str(suffix).encode(), split, body))
+            if self._file.tell() + size > SPOOL_BYTES:
+                self._file.rollover()  # before a big write, not after it was copied into memory
+            self._file.write(b"%s %d %d\n" % (b"" if suffix is None else str(suffix).encode(), len(head), tail_size))
+            for part in (head, *tail):
+                self._file.write(part)
             self.count += 1
 
     def batches(self, base: str, size: int) -> Iterator[tuple[list[dict[str, Any]], list[str]]]:
@@ -221,26 +231,56 @@ class Staging:
         self._file.seek(0)
         events: list[dict[str, Any]] = []
         encoded: list[str] = []
-        for line in self._file:
-            meta, _, body = line[:-1].partition(b"\t")
-            suffix, _, split_text = meta.partition(b"/")
-            split = int(split_text)
+        while meta := self._file.readline():
+            suffix, head_size, tail_size = meta.split(b" ")
+            head = self._file.read(int(head_size))
             if suffix:  # it waited for its id: written first
-                event_id = orjson.dumps(f"{base}:{suffix.decode()}")
-                body = b'{"eventId":' + event_id + b"," + body[1:]
-                split += len(event_id) + len('"eventId":,') if split else 0
-            if split:
-                event = orjson.loads(body[:split] + b"}")
-                event["source"] = _SourceText(body[split + len(b',"source":'):-1])
+                head = b'{"eventId":' + orjson.dumps(f"{base}:{suffix.decode()}") + b"," + head[1:]
+            if int(tail_size):
+                event, text = self._with_tail(head, int(tail_size))
             else:
-                event = orjson.loads(body)
+                event, text = orjson.loads(head), head.decode()
             events.append(event)
-            encoded.append(body.decode())
+            encoded.append(text)
             if len(events) == size:
                 yield events, encoded
                 events, encoded = [], []
         if events:
             yield events, encoded
+
+    def _with_tail(self, head: bytes, tail_size: int) -> tuple[dict[str, Any], str]:
+        """A big event read back: its head parsed, its source kept as the text it is stored as."""
+        event = orjson.loads(head + b"}")
+        whole = bytearray(len(head) + tail_size)
+        whole[: len(head)] = head
+        self._file.readinto(memoryview(whole)[len(head):])
+        text = whole.decode()
+        del whole
+        event["source"] = _SourceText(text, len(head) + len(',"source":'), len(text) - 1)
+        return event, text
+
+
+def _encoded(event: dict[str, Any], origin: int) -> tuple[bytes, list[bytes | memoryview]]:
+    """``event``'s stored JSON as a head and the parts of a tail: the tail is ``,"source":…}``
+    when the event is big and its source is its last field (the head then lacks its closing
+    brace), else nothing. The parts are written one after the other, never joined."""
+    try:
+        source = event.get("source")
+        events = source.get("events") if isinstance(source, dict) else None
+        if isinstance(events, orjson.Fragment) and list(event)[-1] == "source":
+            # A message's raw events, kept as JSON (their nesting was checked as they were read).
+            head = storable_json({key: value for key, value in event.items() if key != "source"})
+            return head[:-1], [b',"source":', orjson.dumps(source), b"}"]
+        body = storable_json(event)
+    except LastwordError as error:
+        error.extra["index"] = origin
+        error.detail = f"event {origin} nests JSON too deeply to be stored"
+        raise
+    if len(body) > LAZY_SOURCE and event["type"] != "assistant/chunk" and list(event)[-1] == "source":
+        # Where its source begins: the store gets that part as text (_SourceText).
+        split = len(storable_json({key: value for key, value in event.items() if key != "source"})) - 1
+        return body[:split], [memoryview(body)[split:]]
+    return body, []
 
 
 def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
@@ -282,13 +322,18 @@ def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int)
 class _SourceText:
     """A big event's ``source`` as the JSON text it is stored as, not as values: the store only
     compares it (a retried body's event with the one in the log), and an OpenAI message's or a
-    long tool call's source holds thousands of raw events, each a dict once parsed."""
+    long tool call's source holds thousands of raw events, each a dict once parsed. It is a
+    stretch of the event's stored text (``text[start:end]``), not a copy of it."""
 
-    __slots__ = ("text",)
+    __slots__ = ("_text", "_start", "_end")
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, text: bytes) -> None:
-        self.text = text
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self._text, self._start, self._end = text, start, end
+
+    @property
+    def text(self) -> bytes:
+        return self._text[self._start : self._end].encode()
 
     def __eq__(self, other: object) -> bool:
         # The text was written by orjson from values like ``other``: equal values, equal text.

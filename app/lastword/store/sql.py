@@ -32,7 +32,7 @@ from lastword.rules.stop_reasons import StopReason
 from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
 from lastword.store import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
-from lastword.store.folds import FoldCache, FoldSlot, caught_up
+from lastword.store.folds import FOLD_CACHE_BYTES, FOLD_CACHE_SIZE, FoldCache, FoldSlot, caught_up
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
 
@@ -62,9 +62,12 @@ class SqlStore(Store):
     #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
     claim_clause = ""
 
-    def __init__(self, *, default_lease_seconds: float, fold_cache_size: int = 50_000) -> None:
+    def __init__(
+        self, *, default_lease_seconds: float, fold_cache_size: int = FOLD_CACHE_SIZE,
+        fold_cache_bytes: int = FOLD_CACHE_BYTES,
+    ) -> None:
         self.default_lease_seconds = default_lease_seconds
-        self.folds = FoldCache(fold_cache_size)
+        self.folds = FoldCache(fold_cache_size, fold_cache_bytes)
 
     # -- what a backend provides ---------------------------------------------------------
 
