@@ -70,8 +70,8 @@ class StreamService:
 
     def _writable(self, path: str) -> None:
         if run_id_of(path) is not None:
-            raise DsRefusal("a run is read as a stream here; it is written through /v1/runs", status=405,
-                            headers={"Allow": "GET, HEAD"})
+            raise DsRefusal("a run is not deleted as a stream; retention deletes ended runs", status=405,
+                            headers={"Allow": "GET, HEAD, PUT, POST"})
 
     async def create(self, request: CreateRequest) -> Outcome:
         self._writable(request.path)

@@ -20,6 +20,7 @@ from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailab
 from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout, LocalFanout
 from lastword.metrics import Metrics
+from lastword.rules.ds import Producer
 from lastword.rules.ids import new_run_id
 from lastword.rules.records import (
     AppendOutcome,
@@ -285,11 +286,24 @@ class RunService:
     ) -> AppendOutcome:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
+        self._appended(outcome, started)
+        return outcome
+
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None, producer: Producer | None
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        """:meth:`append` by an idempotent producer (a run written as a Durable Stream, SPEC §17):
+        its epoch fences a restarted child's zombie writer. Also the producer's ``(epoch, seq)``."""
+        started = time.perf_counter()
+        outcome, echo = await self._store.append_as_producer(run_id, events, self.clock(), encoded, producer)
+        self._appended(outcome, started)
+        return outcome, echo
+
+    def _appended(self, outcome: AppendOutcome, started: float) -> None:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
-        return outcome
 
     async def append_batches(
         self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]]

@@ -29,7 +29,7 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import Change
 from lastword.rules.stop_reasons import StopReason
-from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
 from lastword.store import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FoldCache, FoldSlot, caught_up
@@ -156,6 +156,25 @@ class SqlStore(Store):
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
             accepted_types=dict(Counter(event["type"] for _, event in fresh)),
         )
+
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        return await self._write(self._append_as_producer, run_id, events, now, encoded, producer)
+
+    def _append_as_producer(
+        self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        if producer is None:
+            return self._append(tx, run_id, events, now, encoded), None
+        # The run's lock first: it orders this producer check as it orders the run's appends.
+        run = reads.run(tx, self, run_id, lock=True)
+        repeated = ds.producer_repeat(tx, ds.run_producers(run_id), producer)
+        if repeated is not None:
+            return AppendOutcome(accepted=0, duplicates=len(events), last_seq=run.last_seq), repeated
+        return self._append(tx, run_id, events, now, encoded), (producer.epoch, producer.seq)
 
     async def append_batches(
         self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
