@@ -100,6 +100,9 @@ class SqlStore(Store):
     ) -> None:
         pass
 
+    def after_stream_notice(self, tx: Tx, path: str) -> None:
+        """The Durable Stream at ``path`` changed in ``tx`` (PostgreSQL: notify the replicas)."""
+
     # -- writes ----------------------------------------------------------------------------
 
     def _persist(
@@ -353,10 +356,20 @@ class SqlStore(Store):
     # -- Durable Streams (lastword.store.ds) ---------------------------------------------
 
     async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
-        return await self._write(ds.create, request, now, self.lock_clause)
+        return await self._write(self._ds_create, request, now)
+
+    def _ds_create(self, tx: Tx, request: CreateRequest, now: float) -> Outcome:
+        outcome = ds.create(tx, request, now, self.lock_clause)
+        self.after_stream_notice(tx, request.path)
+        return outcome
 
     async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
-        return await self._write(ds.append, request, now, self.lock_clause)
+        return await self._write(self._ds_append, request, now)
+
+    def _ds_append(self, tx: Tx, request: AppendRequest, now: float) -> Outcome:
+        outcome = ds.append(tx, request, now, self.lock_clause)
+        self.after_stream_notice(tx, request.path)
+        return outcome
 
     async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
         return await self._read(ds.read, path, position, now, max_bytes)
@@ -365,4 +378,8 @@ class SqlStore(Store):
         await self._write(ds.touch, path, now)
 
     async def ds_delete(self, path: str, now: float) -> None:
-        await self._write(ds.delete, path, now, self.lock_clause)
+        await self._write(self._ds_delete, path, now)
+
+    def _ds_delete(self, tx: Tx, path: str, now: float) -> None:
+        ds.delete(tx, path, now, self.lock_clause)
+        self.after_stream_notice(tx, path)
