@@ -157,5 +157,7 @@ def test_a_run_reads_as_a_json_stream_of_its_events_and_closes_when_it_ends(tmp_
         controls = [json.loads(line[len("data:"):]) for block in text.split("\n\n") if "event: control" in block
                     for line in block.splitlines() if line.startswith("data:")]
         assert "subagent/end" in text and controls[-1]["streamClosed"] is True
-        assert api.post(url, json={"type": "assistant/message"}).status_code == 405
+        late = api.post(url, json={"type": "assistant/message", "message": {"content": []}})
+        assert late.status_code == 409 and late.headers["Stream-Closed"] == "true"  # its end closed it
+        assert api.delete(url).status_code == 405
         assert api.get("/ds/runs/no-such-run").status_code == 404

@@ -34,7 +34,7 @@ def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
 
 def test_tokens_are_security_schemes_and_their_refusals_are_listed(document: dict[str, Any]) -> None:
     """/docs can Authorize: a bearer scheme and the ?access_token= scheme; every guarded
-    operation names them and lists 401, ingest also 403; probes are open."""
+    operation names them and lists 401, writes (POST; PUT and DELETE under /ds) also 403; probes are open."""
     schemes = document["components"]["securitySchemes"]
     assert schemes["bearerToken"] == {**schemes["bearerToken"], "type": "http", "scheme": "bearer"}
     assert schemes["accessTokenQuery"]["in"] == "query" and schemes["accessTokenQuery"]["name"] == "access_token"
@@ -45,7 +45,7 @@ def test_tokens_are_security_schemes_and_their_refusals_are_listed(document: dic
         names = {name for requirement in operation["security"] for name in requirement}
         assert "bearerToken" in names, (method, path)
         assert "401" in operation["responses"], (method, path)
-        if method == "post":
+        if method in ("post", "put", "delete"):
             assert names == {"bearerToken"}, (method, path)  # ingest refuses the query token
             assert "403" in operation["responses"], (method, path)
         else:
@@ -117,8 +117,9 @@ def _check_example(schema: dict[str, Any], example: Any, where: str) -> None:
 
 
 def test_every_operation_has_an_example_that_is_valid(document: dict[str, Any]) -> None:
-    """Every operation shows an example answer, and every request body an example per media
-    type; JSON examples validate against the schema they illustrate."""
+    """Every operation shows an example answer (its body; for an answer without one, its
+    headers), and every request body an example per media type; JSON examples validate against
+    the schema they illustrate."""
     for method, path, operation in operations(document):
         where = f"{method} {path}"
         for media, content in operation.get("requestBody", {}).get("content", {}).items():
@@ -128,7 +129,11 @@ def test_every_operation_has_an_example_that_is_valid(document: dict[str, Any]) 
         shown = [(status, media, content) for status, response in operation["responses"].items()
                  if int(status) < 300 for media, content in response.get("content", {}).items()
                  if "example" in content]
-        assert shown, f"{where}: no example answer"
+        # An answer with no body (a Durable Streams write, SPEC §17) shows its headers instead.
+        headers_shown = [name for status, response in operation["responses"].items() if int(status) < 300
+                         and "content" not in response for name, header in response.get("headers", {}).items()
+                         if header.get("example")]
+        assert shown or headers_shown, f"{where}: no example answer"
         for status, media, content in shown:
             if media == "application/json":
                 _check_example(content["schema"], content["example"], f"{where} {status}")

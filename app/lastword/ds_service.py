@@ -6,13 +6,14 @@ wake-up itself, only from the log, so a wake-up lost or repeated costs a read, n
 
 A run is also a stream (SPEC §17): ``/ds/runs/{runId}`` reads the run's log as a JSON-mode
 stream of its §4 events, one message per logged event, offsets by ``seq``, closed once the run
-has ended. It is read-only here (written through ``/v1/runs``), and its parked readers look at
-the log every ``RUN_POLL_SECONDS``: a run's commits go to the runs' hub, not to these waiters.
+has ended. It is written through ``/v1/runs`` or as a stream (:mod:`lastword.http.ds_runs`);
+either way the run service wakes its parked readers here (:meth:`StreamService.run_changed`).
 
-Across replicas (PostgreSQL) a commit on another replica wakes nobody here; parked readers
-then look at the log every ``poll_seconds`` as well. This diverges on purpose from the runs'
-commit notices (:mod:`lastword.fanout.notify`): a stream's wake-up would need its own notice
-kind, and a bounded delay is what the protocol's long-poll and SSE allow.
+Across replicas (PostgreSQL) another replica's commit reaches this one as a commit notice
+(:mod:`lastword.fanout.notify`): a run's notice, or a stream's (its path), which the fan-out
+hands to :meth:`StreamService.changed`. Parked readers do not look at the log meanwhile; when
+notices may have been lost (the listening connection dropped), every parked reader is woken
+to read again (:meth:`StreamService.wake_all`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ READ_BYTES = 1024 * 1024
 #: Where runs are read as streams (``/ds/runs/{runId}``), and how many events one read takes.
 RUNS = "/runs/"
 RUN_PAGE = 1000
-#: A run's commits reach the hub, not this service's waiters: a reader parked on a run looks
-#: at its log this often.
-RUN_POLL_SECONDS = 0.25
 
 
 def run_id_of(path: str) -> str | None:
@@ -49,46 +47,53 @@ def run_id_of(path: str) -> str | None:
 
 
 class StreamService:
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time,
-                 poll_seconds: float | None = None) -> None:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self.clock = clock
-        self.poll_seconds = poll_seconds
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         #: Set when the service shuts down: live reads answer now.
         self.draining = False
 
-    def _changed(self, path: str) -> None:
+    def changed(self, path: str) -> None:
+        """The stream at ``path`` changed (here, or on another replica): its readers read again."""
         for waiter in self._waiters.get(path, ()):
             waiter.set()
 
-    def drain(self) -> None:
-        self.draining = True
+    def run_changed(self, run_id: str) -> None:
+        """A run's log changed: the readers of its stream (``/ds/runs/{runId}``) read again."""
+        self.changed(RUNS + run_id)
+
+    def wake_all(self) -> None:
+        """Every parked reader reads again (commit notices may have been lost)."""
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.set()
 
+    def drain(self) -> None:
+        self.draining = True
+        self.wake_all()
+
     def _writable(self, path: str) -> None:
         if run_id_of(path) is not None:
-            raise DsRefusal("a run is read as a stream here; it is written through /v1/runs", status=405,
-                            headers={"Allow": "GET, HEAD"})
+            raise DsRefusal("a run is not deleted as a stream; retention deletes ended runs", status=405,
+                            headers={"Allow": "GET, HEAD, PUT, POST"})
 
     async def create(self, request: CreateRequest) -> Outcome:
         self._writable(request.path)
         outcome = await self._store.ds_create(request, self.clock())
-        self._changed(request.path)
+        self.changed(request.path)
         return outcome
 
     async def append(self, request: AppendRequest) -> Outcome:
         self._writable(request.path)
         outcome = await self._store.ds_append(request, self.clock())
-        self._changed(request.path)
+        self.changed(request.path)
         return outcome
 
     async def delete(self, path: str) -> None:
         self._writable(path)
         await self._store.ds_delete(path, self.clock())
-        self._changed(path)
+        self.changed(path)
 
     async def head(self, path: str) -> Slice:
         """The stream's state (no entries; a HEAD does not reset a sliding TTL)."""
@@ -117,10 +122,6 @@ class StreamService:
                 left = deadline - loop.time()
                 if found.entries or found.state.closed or self.draining or woken or left <= 0:
                     return found
-                if run_id_of(path) is not None:
-                    left = min(left, RUN_POLL_SECONDS)
-                elif self.poll_seconds is not None:
-                    left = min(left, self.poll_seconds)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.wait(), left)
                     # woken: read again (the next turn's read), and answer whatever it finds

@@ -18,8 +18,9 @@ import orjson
 from lastword.ds_service import StreamService
 from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailable, TurnNotFound
 from lastword.fanout.hub import Hub, Subscription
-from lastword.fanout.local import Fanout, LocalFanout
+from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
+from lastword.rules.ds import Producer
 from lastword.rules.ids import new_run_id
 from lastword.rules.records import (
     AppendOutcome,
@@ -126,10 +127,12 @@ class RunService:
         self.webhook_allow_private = webhook_allow_private
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
         self.end_observers: list[Callable[[StoredEvent], None]] = []
-        #: The Durable Streams face's use cases (SPEC §17). With other replicas (no local
-        #: fan-out), a parked reader also looks at the log now and then for their commits.
-        self.streams = StreamService(store, clock=clock,
-                                     poll_seconds=None if isinstance(fanout, LocalFanout) else 0.25)
+        #: The Durable Streams face's use cases (SPEC §17); the fan-out wakes their parked
+        #: readers for every run or stream that changed, here or on another replica.
+        self.streams = StreamService(store, clock=clock)
+        fanout.run_changed = self.streams.run_changed
+        fanout.stream_changed = self.streams.changed
+        fanout.notices_lost = self.streams.wake_all
 
     @property
     def _hub(self) -> Hub:
@@ -137,6 +140,8 @@ class RunService:
 
     def _published(self, stored: Sequence[StoredEvent]) -> None:
         self._fanout.committed(stored)
+        for run_id in {event.run_id for event in stored}:
+            self.streams.run_changed(run_id)
         if self.end_observers:
             for event in stored:
                 if event.type == "subagent/end":
@@ -285,11 +290,24 @@ class RunService:
     ) -> AppendOutcome:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
+        self._appended(outcome, started)
+        return outcome
+
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None, producer: Producer | None
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        """:meth:`append` by an idempotent producer (a run written as a Durable Stream, SPEC §17):
+        its epoch fences a restarted child's zombie writer. Also the producer's ``(epoch, seq)``."""
+        started = time.perf_counter()
+        outcome, echo = await self._store.append_as_producer(run_id, events, self.clock(), encoded, producer)
+        self._appended(outcome, started)
+        return outcome, echo
+
+    def _appended(self, outcome: AppendOutcome, started: float) -> None:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
-        return outcome
 
     async def append_batches(
         self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]]
@@ -300,6 +318,7 @@ class RunService:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         if outcome.chunks_left_out:
             self._hub.resync_run(run_id)  # its subscribers read this append's chunks from the log
+            self.streams.run_changed(run_id)  # ``stored`` may not name the run: its stream readers too
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from lastword.fanout.hub import Hub
@@ -27,12 +27,22 @@ from lastword.store.base import Store
 from lastword.store.writes import LIVE_TYPES
 
 if TYPE_CHECKING:
-    from lastword.fanout.notify import Notice, NoticeListener
+    from lastword.fanout.notify import Notice, NoticeListener, StreamNotice
+
+
+def _nobody(_name: str) -> None:
+    pass
 
 
 class Fanout(abc.ABC):
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
+        #: Told the run id of each run another replica committed to, the path of each Durable
+        #: Stream it changed (SPEC §17), and when notices may have been lost: the service hooks
+        #: its stream readers' wake-ups here (a replica wakes its own readers as it commits).
+        self.run_changed: Callable[[str], None] = _nobody
+        self.stream_changed: Callable[[str], None] = _nobody
+        self.notices_lost: Callable[[], None] = lambda: None
 
     @abc.abstractmethod
     def committed(self, stored: Sequence[StoredEvent]) -> None:
@@ -66,7 +76,11 @@ class NoticeFanout(Fanout):
         from lastword.fanout.notify import NoticeListener
 
         self.store = store
-        self.listener: NoticeListener = NoticeListener(conninfo, channel, self.publish, hub.resync)
+        self.listener: NoticeListener = NoticeListener(conninfo, channel, self.publish, self._resync)
+
+    def _resync(self) -> None:
+        self.hub.resync()
+        self.notices_lost()
 
     def committed(self, stored: Sequence[StoredEvent]) -> None:
         pass  # its notice brings it, in order with every other replica's commits
@@ -81,12 +95,26 @@ class NoticeFanout(Fanout):
     def connected(self) -> bool:
         return self.listener.connected
 
-    async def publish(self, notices: Sequence[Notice]) -> None:
+    async def publish(self, received: Sequence[Notice | StreamNotice]) -> None:
         """Publish what a batch of commit notices (from any replica, this one too) committed.
 
         The events are read from the log, and only for what someone here follows: a run with a
         subscriber or a ``?wait=`` waiter, or the firehose when it has subscribers or a join waits.
+        Each run and stream named is also passed on to the Durable Streams readers' wake-ups.
         """
+        from lastword.fanout.notify import StreamNotice
+
+        notices: list[Notice] = []
+        for notice in received:
+            if isinstance(notice, StreamNotice):
+                if notice.path is None:
+                    self.notices_lost()  # a stream whose path did not fit in a notice
+                else:
+                    self.stream_changed(notice.path)
+            else:
+                notices.append(notice)
+        for run_id in {notice.run_id for notice in notices}:
+            self.run_changed(run_id)
         hub = self.hub
         # A join hears its parent's children by their lifecycle events, which the feed holds.
         wants_feed = hub.has_feed_subscribers or hub.has_child_waiters

@@ -32,6 +32,8 @@ import orjson
 
 log = logging.getLogger("lastword")
 
+#: The longest notice payload sent, in bytes (PostgreSQL refuses 8000 or more).
+MAX_PAYLOAD = 4000
 #: Seconds to connect, or to answer the health check, before the connection counts as lost.
 CONNECT_TIMEOUT = 5
 
@@ -57,6 +59,28 @@ class Notice:
         return cls(str(data["run"]), int(data["first"]), int(data["last"]), None if feed is None else int(feed))
 
 
+@dataclass(frozen=True, slots=True)
+class StreamNotice:
+    """A transaction changed the Durable Stream at ``path`` (SPEC §17): its readers read again.
+
+    A path too long for a notice (PostgreSQL takes payloads under 8000 bytes) is sent as None:
+    some stream changed, and every parked reader reads again."""
+
+    path: str | None
+
+    def payload(self) -> str:
+        text = orjson.dumps({"ds": self.path}).decode()
+        return text if len(text.encode()) <= MAX_PAYLOAD else orjson.dumps({"ds": None}).decode()
+
+
+def parse_notice(payload: str) -> Notice | StreamNotice:
+    """A notice's payload as the notice it is: a stream's names its path, a run's its seq range."""
+    data: dict[str, Any] = orjson.loads(payload)
+    if "ds" in data:
+        return StreamNotice(None if data["ds"] is None else str(data["ds"]))
+    return Notice.parse(payload)
+
+
 class NoticeListener:
     """Listens on ``channel`` and delivers notices in arrival (commit) order, in batches."""
 
@@ -64,7 +88,7 @@ class NoticeListener:
         self,
         conninfo: str,
         channel: str,
-        deliver: Callable[[list[Notice]], Awaitable[None]],
+        deliver: Callable[[list[Notice | StreamNotice]], Awaitable[None]],
         resync: Callable[[], None],
         *,
         health_interval: float = 10.0,
@@ -80,7 +104,7 @@ class NoticeListener:
         self.batch = batch
         #: Whether the LISTEN is in force (``/readyz`` answers 503 while it is not).
         self.connected = False
-        self._pending: deque[Notice] = deque()
+        self._pending: deque[Notice | StreamNotice] = deque()
         self._overflowed = False
         self._wake = asyncio.Event()
         self._listening = asyncio.Event()
@@ -145,7 +169,7 @@ class NoticeListener:
 
     def _receive(self, payload: str) -> None:
         try:
-            notice = Notice.parse(payload)
+            notice = parse_notice(payload)
         except (ValueError, KeyError, TypeError):
             log.warning("ignored a malformed notice: %.200r", payload)
             return

@@ -13,15 +13,15 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from lastword.adapters import CLI_ADAPTERS
-from lastword.errors import EventTooLarge, InvalidCursor, UnsupportedMedia
+from lastword.errors import InvalidCursor, UnsupportedMedia
 from lastword.http.cli_ingest import ingest_cli_stream
 from lastword.http.ingest import (
+    encode_events,
     ingest_json,
     ingest_ndjson,
     ingest_text,
     media_type,
     read_model,
-    storable_json,
     text_delta,
 )
 from lastword.http.provider_ingest import ingest_provider_stream
@@ -169,10 +169,6 @@ async def get_run(request: Request, runId: str) -> dict[str, Any]:
     return run_view(await service_of(request).get_run(runId))
 
 
-#: Events encoded between two looks at the event loop.
-ENCODE_SLICE = 256
-
-
 def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
     """``append(events)`` for one run, refusing events over the configured size limit.
 
@@ -180,18 +176,7 @@ def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[
     """
 
     async def append(events: list[dict[str, Any]]) -> AppendOutcome:
-        encoded = []
-        for index, event in enumerate(events):
-            if index % ENCODE_SLICE == ENCODE_SLICE - 1:
-                await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
-            body = storable_json(event, index)
-            if len(body) > settings.max_event_bytes:
-                raise EventTooLarge(
-                    f"event {index} is {len(body)} bytes as JSON; the limit is {settings.max_event_bytes}",
-                    index=index, limit=settings.max_event_bytes,
-                )
-            encoded.append(body.decode())
-        return await service.append(run_id, events, encoded)
+        return await service.append(run_id, events, await encode_events(events, settings.max_event_bytes))
 
     return append
 

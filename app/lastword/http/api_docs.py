@@ -19,10 +19,12 @@ A test walks the generated document and fails when any of this is missing.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 from lastword.errors import PROBLEM_JSON
+from lastword.http import ds_docs
 from lastword.http.access import kind_of
 from lastword.rules.tool_result import tool_result
 
@@ -257,6 +259,7 @@ def document(schema: dict[str, Any]) -> dict[str, Any]:
     schemas.pop("ValidationError", None)
     if "IngestEvent" in schemas:
         schemas["IngestEvent"].setdefault("description", _INGEST_EVENT)
+    schema.setdefault("paths", {}).update(copy.deepcopy(ds_docs.PATHS))  # the route is not in the schema
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
             _complete_operation(method, path, operation)

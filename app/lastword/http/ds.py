@@ -22,9 +22,9 @@ from collections.abc import AsyncGenerator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from lastword.ds_service import StreamService
-from lastword.errors import DsRefusal, LastwordError, PayloadTooLarge, problem_json
-from lastword.http import sse
+from lastword.ds_service import StreamService, run_id_of
+from lastword.errors import DsRefusal, LastwordError, PayloadTooLarge, RunEnded, problem_json
+from lastword.http import ds_runs, sse
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Slice
 
@@ -51,6 +51,8 @@ def _refused(error: LastwordError) -> Response:
     headers = dict(SECURITY)
     if isinstance(error, DsRefusal):
         headers.update(error.headers)
+    elif isinstance(error, RunEnded):
+        headers["Stream-Closed"] = "true"  # a run written as a stream (SPEC §17): its end closed it
     return Response(problem_json(error), status_code=error.http_status, media_type="application/problem+json",
                     headers=headers)
 
@@ -93,10 +95,11 @@ async def stream_route(path: str, request: Request) -> Response:
     try:
         method = request.method
         name = _name(path)
+        run_id = run_id_of(name)
         if method == "PUT":
-            return await _create(request, name)
+            return await (ds_runs.create(request, run_id, SECURITY) if run_id else _create(request, name))
         if method == "POST":
-            return await _append(request, name)
+            return await (ds_runs.append(request, run_id, SECURITY) if run_id else _append(request, name))
         if method == "DELETE":
             await streams_of(request).delete(name)
             return Response(status_code=204, headers=SECURITY)

@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from lastword.errors import (
     BatchTooLarge,
     EmptyBatch,
+    EventTooLarge,
     InvalidGzip,
     InvalidUtf8,
     LastwordError,
@@ -149,6 +150,27 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
         where = "the body" if index is None else f"event {index}"
         extra = {} if index is None else {"index": index}
         raise TooDeeplyNested(f"{where} nests JSON deeper than {MAX_NESTING} levels", **extra) from None
+
+
+#: Events encoded between two looks at the event loop.
+ENCODE_SLICE = 256
+
+
+async def encode_events(events: list[dict[str, Any]], max_event_bytes: int) -> list[str]:
+    """Each event's JSON as it will be stored; 413 naming the first event over ``max_event_bytes``
+    (its index, so a streamed body keeps the events before it)."""
+    encoded = []
+    for index, event in enumerate(events):
+        if index % ENCODE_SLICE == ENCODE_SLICE - 1:
+            await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
+        body = storable_json(event, index)
+        if len(body) > max_event_bytes:
+            raise EventTooLarge(
+                f"event {index} is {len(body)} bytes as JSON; the limit is {max_event_bytes}",
+                index=index, limit=max_event_bytes,
+            )
+        encoded.append(body.decode())
+    return encoded
 
 
 def require_json(request: Request) -> None:

@@ -22,7 +22,7 @@ from lastword.rules.records import (
     StoredEvent,
     TurnRecord,
 )
-from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
 from lastword.rules.stop_reasons import StopReason
 
 __all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "StoredEvent", "TurnRecord"]
@@ -78,6 +78,16 @@ class Store(abc.ABC):
 
         ``encoded`` holds each event's JSON when the caller has it already (saves encoding twice).
         """
+
+    @abc.abstractmethod
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        """:meth:`append`, fenced by an idempotent producer's epoch and seq (SPEC §17) checked and
+        recorded in the same transaction: a stale epoch is 403, a gap 409 (nothing stored), a
+        repeat stores nothing and answers ``accepted == 0``. The second value is the producer's
+        ``(epoch, seq)`` as now recorded (None without a producer)."""
 
     @abc.abstractmethod
     async def append_batches(

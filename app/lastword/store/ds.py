@@ -230,6 +230,31 @@ def _same_config(existing: StreamState, request: CreateRequest) -> StreamState:
     return existing
 
 
+def producer_repeat(tx: Tx, uid: str, producer: ds.Producer) -> tuple[int, int] | None:
+    """Check ``producer``'s write against its stored epoch and seq (:func:`ds.check_producer`
+    refuses a stale epoch or a gap) and record it; a repeat records nothing and answers the
+    stored ``(epoch, seq)``, None a write to make. Call it in the transaction that writes what
+    the producer sent, under the lock that orders writes to ``uid``: a refusal after it rolls
+    the producer's state back with the entries."""
+    row = tx.one("SELECT epoch, last_seq FROM ds_producers WHERE uid = ? AND producer_id = ?", (uid, producer.id))
+    known = None if row is None else (int(row[0]), int(row[1]))
+    if ds.check_producer(producer, known) == "duplicate":
+        return known
+    if known is None:
+        tx.run("INSERT INTO ds_producers (uid, producer_id, epoch, last_seq) VALUES (?, ?, ?, ?)",
+               (uid, producer.id, producer.epoch, producer.seq))
+    else:
+        tx.run("UPDATE ds_producers SET epoch = ?, last_seq = ? WHERE uid = ? AND producer_id = ?",
+               (producer.epoch, producer.seq, uid, producer.id))
+    return None
+
+
+def run_producers(run_id: str) -> str:
+    """The key a run's producers are kept under in ``ds_producers`` (a stream's ``uid`` is hex,
+    so the two never meet)."""
+    return "run:" + run_id
+
+
 def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
     state = live(tx, request.path, now, lock)
     producer = request.producer
@@ -250,18 +275,9 @@ def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
     entries = _entries(state.content_type, request.body, allow_empty=False)
     echo: tuple[int, int] | None = None
     if producer is not None:
-        row = tx.one("SELECT epoch, last_seq FROM ds_producers WHERE uid = ? AND producer_id = ?",
-                     (state.uid, producer.id))
-        known = None if row is None else (int(row[0]), int(row[1]))
-        if ds.check_producer(producer, known) == "duplicate":
-            assert known is not None
-            return Outcome(state, 204, known)
-        if known is None:
-            tx.run("INSERT INTO ds_producers (uid, producer_id, epoch, last_seq) VALUES (?, ?, ?, ?)",
-                   (state.uid, producer.id, producer.epoch, producer.seq))
-        else:
-            tx.run("UPDATE ds_producers SET epoch = ?, last_seq = ? WHERE uid = ? AND producer_id = ?",
-                   (producer.epoch, producer.seq, state.uid, producer.id))
+        repeated = producer_repeat(tx, state.uid, producer)
+        if repeated is not None:
+            return Outcome(state, 204, repeated)
         echo = (producer.epoch, producer.seq)
     if request.stream_seq is not None:
         if state.stream_seq is not None and request.stream_seq <= state.stream_seq:

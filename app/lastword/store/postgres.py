@@ -44,7 +44,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
-from lastword.fanout.notify import Notice
+from lastword.fanout.notify import Notice, StreamNotice
 from lastword.store import ds, forks
 from lastword.store.migrations import upgrade_schema
 from lastword.store.rows import EVENT_COLUMNS
@@ -441,6 +441,9 @@ class PostgresStore(SqlStore):
     ) -> None:
         payload = Notice(run_id, first_seq, last_seq, feed_id).payload()
         tx.run("SELECT pg_notify(?, ?)", (self.channel, payload))
+
+    def after_stream_notice(self, tx: Tx, path: str) -> None:
+        tx.run("SELECT pg_notify(?, ?)", (self.channel, StreamNotice(path).payload()))
 
     # -- life --------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import Change
 from lastword.rules.stop_reasons import StopReason
-from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice
+from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
 from lastword.store import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
 from lastword.store.folds import FOLD_CACHE_BYTES, FOLD_CACHE_SIZE, FoldCache, FoldSlot, caught_up
@@ -103,6 +103,9 @@ class SqlStore(Store):
     ) -> None:
         pass
 
+    def after_stream_notice(self, tx: Tx, path: str) -> None:
+        """The Durable Stream at ``path`` changed in ``tx`` (PostgreSQL: notify the replicas)."""
+
     # -- writes ----------------------------------------------------------------------------
 
     def _persist(
@@ -159,6 +162,25 @@ class SqlStore(Store):
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
             accepted_types=dict(Counter(event["type"] for _, event in fresh)),
         )
+
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        return await self._write(self._append_as_producer, run_id, events, now, encoded, producer)
+
+    def _append_as_producer(
+        self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        if producer is None:
+            return self._append(tx, run_id, events, now, encoded), None
+        # The run's lock first: it orders this producer check as it orders the run's appends.
+        run = reads.run(tx, self, run_id, lock=True)
+        repeated = ds.producer_repeat(tx, ds.run_producers(run_id), producer)
+        if repeated is not None:
+            return AppendOutcome(accepted=0, duplicates=len(events), last_seq=run.last_seq), repeated
+        return self._append(tx, run_id, events, now, encoded), (producer.epoch, producer.seq)
 
     async def append_batches(
         self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
@@ -337,10 +359,20 @@ class SqlStore(Store):
     # -- Durable Streams (lastword.store.ds) ---------------------------------------------
 
     async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
-        return await self._write(ds.create, request, now, self.lock_clause)
+        return await self._write(self._ds_create, request, now)
+
+    def _ds_create(self, tx: Tx, request: CreateRequest, now: float) -> Outcome:
+        outcome = ds.create(tx, request, now, self.lock_clause)
+        self.after_stream_notice(tx, request.path)
+        return outcome
 
     async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
-        return await self._write(ds.append, request, now, self.lock_clause)
+        return await self._write(self._ds_append, request, now)
+
+    def _ds_append(self, tx: Tx, request: AppendRequest, now: float) -> Outcome:
+        outcome = ds.append(tx, request, now, self.lock_clause)
+        self.after_stream_notice(tx, request.path)
+        return outcome
 
     async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
         return await self._read(ds.read, path, position, now, max_bytes)
@@ -349,4 +381,8 @@ class SqlStore(Store):
         await self._write(ds.touch, path, now)
 
     async def ds_delete(self, path: str, now: float) -> None:
-        await self._write(ds.delete, path, now, self.lock_clause)
+        await self._write(self._ds_delete, path, now)
+
+    def _ds_delete(self, tx: Tx, path: str, now: float) -> None:
+        ds.delete(tx, path, now, self.lock_clause)
+        self.after_stream_notice(tx, path)

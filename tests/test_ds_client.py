@@ -1,0 +1,77 @@
+"""A real Durable Streams client (PyPI ``durable-streams``, ElectricSQL's Python client) on a
+child's run (SPEC §17), through a real server on each backend.
+
+The child writes its run with the client's ``DurableStream`` (create, append: each message a §4
+event); the parent tails the same run with the client's ``stream()``, live (SSE and long-poll),
+and sees each event as it is appended, up to the run's ``subagent/end``. Each step waits for a
+signal (the parent has read what came before), so what the parent sees after it was read live.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durable_streams import DurableStream, stream
+
+from tests.builders import message, turn_end
+
+#: Seconds to wait for the parent to see one event before the test gives up.
+SEEN_WITHIN = 30
+
+
+@pytest.mark.parametrize("live", ["sse", "long-poll"])
+def test_a_durable_streams_client_tails_a_childs_run_live(base_url: str, live: str) -> None:
+    url = f"{base_url}/ds/runs/child-{live}"
+    seen: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
+
+    def parent() -> None:
+        try:
+            with stream(url, offset="-1", live=live, timeout=SEEN_WITHIN) as response:  # type: ignore[arg-type]
+                for event in response.iter_json():
+                    seen.put(event)
+                    if event["type"] == "subagent/end":
+                        return
+        except BaseException as error:  # handed to the test, which fails with it
+            seen.put(error)
+
+    def next_seen() -> dict[str, Any]:
+        event = seen.get(timeout=SEEN_WITHIN)
+        assert not isinstance(event, BaseException), repr(event)
+        return event
+
+    with DurableStream.create(url, content_type="application/json") as child:
+        reader = threading.Thread(target=parent, daemon=True)
+        reader.start()
+        assert next_seen()["type"] == "subagent/start"
+        child.append(message("working on it"))
+        assert next_seen()["message"]["content"] == [{"type": "text", "text": "working on it"}]
+        child.append(message("the answer"))
+        assert next_seen()["message"]["content"] == [{"type": "text", "text": "the answer"}]
+        child.append(turn_end("completed"))
+        assert next_seen()["type"] == "turn/end"
+        end = next_seen()
+        reader.join(SEEN_WITHIN)
+    assert end["type"] == "subagent/end" and end["stopReason"] == "completed"
+    assert end["lastAssistantMessage"] == [{"type": "text", "text": "the answer"}]
+    assert not reader.is_alive()
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def test_the_readmes_client_block_prints_the_childs_events_as_they_come(base_url: str) -> None:
+    """The README's Durable Streams block (the Python client) runs as written and prints the
+    child's events in order, ending with its ``subagent/end``."""
+    section = README.read_text().split("## Durable Streams: any client can tail a run", 1)[1].split("\n## ", 1)[0]
+    block = PYTHON_BLOCK.findall(section)[0].replace("http://127.0.0.1:8000", base_url)
+    done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["subagent/start", "assistant/message", "turn/end", "subagent/end"]
