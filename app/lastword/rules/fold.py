@@ -22,7 +22,7 @@ the rule is exactly §5's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from lastword.rules.limits import MAX_USAGE_TOTAL
 from lastword.rules.stop_reasons import normalise_stop_reason
@@ -39,7 +39,7 @@ JOIN_STOPPING_TYPES = frozenset({"tool/result", "user/message"})
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
 
-def is_visible_text(text: Any) -> bool:
+def is_visible_text(text: Any) -> TypeGuard[str]:
     """Whether a text is visible (SPEC §3): a string holding more than white space.
 
     The one test of blank text: the selection rule, the provider-safe transcript and the
