@@ -59,15 +59,26 @@ def loads(raw: bytes | str, index: int, noun: str = "event") -> Any:
     return value
 
 
+async def body_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """The lines (as bytes, blank ones included) that each body piece completes, so an NDJSON
+    reader handles a line split across pieces once; a last line without its newline comes at
+    the end. The one NDJSON splitter: ``/events`` and the CLI and provider ingests read it."""
+    pending = b""
+    async for piece in pieces:
+        lines = (pending + piece).split(b"\n")
+        pending = lines.pop()
+        if lines:
+            yield lines
+    if pending:
+        yield [pending]
+
+
 async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> AsyncIterator[list[tuple[int, Any]]]:
     """The JSON values of the lines each body piece completes, numbered across the body (blank
     lines skipped). A line that is not JSON raises after the lines before it were handed on,
     so a reader that stores as it reads keeps them."""
     index = 0
-    pending = b""
-    async for piece in pieces:
-        lines = (pending + piece).split(b"\n")
-        pending = lines.pop()
+    async for lines in body_lines(pieces):
         batch = []
         for line in lines:
             if line.strip():
@@ -80,8 +91,6 @@ async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> Async
                 index += 1
         if batch:
             yield batch
-    if pending.strip():
-        yield [(index, loads(pending, index, noun))]
 
 
 async def json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[int, Any]]]:

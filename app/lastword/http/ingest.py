@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from lastword.adapters.framing import body_lines
 from lastword.errors import (
     BatchTooLarge,
     EmptyBatch,
@@ -273,14 +274,9 @@ class _Position:
 async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[str, Any]:
     progress = Progress()
     position = _Position()
-    pending = b""
     try:
-        async for piece in body_pieces(request, limit):
-            lines = (pending + piece).split(b"\n")
-            pending = lines.pop()
+        async for lines in body_lines(body_pieces(request, limit)):
             await _apply_lines(lines, position, append, progress)
-        if pending:
-            await _apply_lines([pending], position, append, progress)
     except ClientDisconnect:
         # What arrived before the break is stored; the producer retries with its eventIds.
         pass

@@ -22,7 +22,7 @@ the rule is exactly §5's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from lastword.rules.limits import MAX_USAGE_TOTAL
 from lastword.rules.stop_reasons import normalise_stop_reason
@@ -39,12 +39,20 @@ JOIN_STOPPING_TYPES = frozenset({"tool/result", "user/message"})
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
 
+def is_visible_text(text: Any) -> TypeGuard[str]:
+    """Whether a text is visible (SPEC §3): a string holding more than white space.
+
+    The one test of blank text: the selection rule, the provider-safe transcript and the
+    parent's tool result all ask it.
+    """
+    return isinstance(text, str) and text != "" and not text.isspace()
+
+
 def is_substantive(block: Mapping[str, Any]) -> bool:
     """Whether a block counts towards selecting a message (SPEC §3)."""
     kind = block.get("type")
     if kind == "text":
-        text = block.get("text")
-        return isinstance(text, str) and text != "" and not text.isspace()
+        return is_visible_text(block.get("text"))
     if kind == "tool_result" or kind in BOOKKEEPING_BLOCK_TYPES:
         return False
     return True
@@ -173,7 +181,7 @@ class TurnFold:
         if not text:
             return
         self._text_parts.append(text)
-        if not self._has_visible_text and not text.isspace():
+        if not self._has_visible_text and is_visible_text(text):
             self._has_visible_text = True
 
     def collect(self) -> list[Block]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lastword.rules.fold import is_visible_text
 from lastword.rules.stop_reasons import is_error
 
 NO_TEXT_OUTPUT = "The subagent finished without text output."
@@ -26,7 +27,7 @@ _WHAT_HAPPENED = {
 def output_text(output: list[dict[str, Any]]) -> str:
     """The text blocks of a selected output, joined by a blank line."""
     texts = (block.get("text") for block in output if block.get("type") == "text")
-    return "\n\n".join(text for text in texts if isinstance(text, str) and text.strip())
+    return "\n\n".join(text for text in texts if is_visible_text(text))
 
 
 def error_message(error: Any) -> str | None:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Literal
 
-from lastword.rules.fold import BOOKKEEPING_BLOCK_TYPES, TurnFold
+from lastword.rules.fold import BOOKKEEPING_BLOCK_TYPES, TurnFold, is_visible_text
 
 Format = Literal["anthropic", "openai"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai")
@@ -143,13 +143,9 @@ def safe_call_id(call_id: str) -> str:
     return SAFE_CALL_ID_PREFIX + hashlib.sha256(call_id.encode()).hexdigest()[:32]
 
 
-def _visible(text: Any) -> bool:
-    return isinstance(text, str) and text != "" and not text.isspace()
-
-
 def _text_or_reason(block: Mapping[str, Any]) -> Block | str:
     text = block.get("text")
-    if _visible(text):
+    if is_visible_text(text):
         return {"type": "text", "text": text}
     return "blank_text"
 
@@ -214,7 +210,7 @@ def _openai_assistant_block(block: Mapping[str, Any]) -> Block | str:
     if kind == "tool_result":
         return "misplaced_tool_result"  # results answer calls; never an assistant's block
     if kind == "refusal":
-        if _visible(block.get("text")):
+        if is_visible_text(block.get("text")):
             return {"type": "refusal", "text": block["text"]}  # the message's ``refusal``
         return "blank_refusal"
     return "unsupported_block"
@@ -341,7 +337,7 @@ class _History:
         converted_content: Any
         if isinstance(content, str):
             # A string answer stays a string: both formats take one as a result's content.
-            converted_content = content if _visible(content) else None
+            converted_content = content if is_visible_text(content) else None
         else:  # blocks (validated at ingest: a string or a list)
             parts: list[Block] = []
             for index, part in enumerate(content):
@@ -361,7 +357,7 @@ class _History:
     def user_message(self, item: LoggedEvent) -> None:
         content = item.event["message"]["content"]  # validated at ingest: a string or a list of blocks
         if isinstance(content, str):
-            if _visible(content):
+            if is_visible_text(content):
                 self.side.users.append([{"type": "text", "text": content}])
             else:
                 self.omit(item, "blank_text" if content else "empty")
