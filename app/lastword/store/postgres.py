@@ -238,6 +238,20 @@ def startup_failure(url: str, reason: str) -> str:
     return f"cannot connect to PostgreSQL at {host}:{port} at start-up: {reason}"
 
 
+def driver_error(error: psycopg.Error | PoolTimeout) -> LastwordError:
+    """The one mapping of what psycopg or its pool raised to what the client is told.
+
+    A value PostgreSQL cannot hold (a NUL character in a text, a number past its column) is the
+    client's: 422 ``unstorable_value``, as SQLite answers it (:mod:`lastword.store.sqlite_driver`).
+    Anything else is the store failing: 503.
+    """
+    if isinstance(error, PoolTimeout):
+        return Unavailable("the PostgreSQL store cannot be reached: no connection")
+    if isinstance(error, psycopg.DataError):
+        return UnstorableValue(f"the store refused a value: {error}")
+    return Unavailable(f"the PostgreSQL store failed: {error}")
+
+
 class _Retry(Exception):
     """The connection died before the transaction could commit: try again on another one."""
 
@@ -360,13 +374,8 @@ class PostgresStore(SqlStore):
                 self._pool.check()
             except LastwordError:
                 raise
-            except PoolTimeout as error:
-                raise Unavailable("the PostgreSQL store cannot be reached: no connection") from error
-            except psycopg.DataError as error:
-                # A value PostgreSQL cannot hold (a NUL character in a text, for one).
-                raise UnstorableValue(f"the store refused a value: {error}") from error
-            except psycopg.Error as error:
-                raise Unavailable(f"the PostgreSQL store failed: {error}") from error
+            except (PoolTimeout, psycopg.Error) as error:
+                raise driver_error(error) from error
         raise Unavailable(f"the PostgreSQL store cannot be reached: {lost}") from lost
 
     def _attempt(self, connection: psycopg.Connection[Any], begin: str, fn: Callable[[Tx], T]) -> T:

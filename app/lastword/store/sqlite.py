@@ -22,11 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from lastword.errors import LastwordError, Unavailable
+from lastword.errors import LastwordError
 from lastword.store import ds, forks
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
+from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
 from lastword.store.tx import Tx, run_in
 
 T = TypeVar("T")
@@ -178,7 +179,7 @@ class SqliteStore(SqlStore):
     def _transact(self, begin: str, work: Callable[[Tx], T]) -> T:
         try:
             connection = self._connection()
-            tx = Tx(connection.cursor(), str)
+            tx = SqliteTx(connection.cursor(), str)
             connection.execute(begin)
             committed = False
             try:
@@ -192,8 +193,10 @@ class SqliteStore(SqlStore):
                 tx.finish(committed)
         except LastwordError:
             raise
-        except sqlite3.Error as error:
-            raise Unavailable(f"the SQLite store failed: {error}") from error
+        except Exception as error:
+            if is_driver_error(error):
+                raise driver_error(error) from error
+            raise
 
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs))
