@@ -1,4 +1,4 @@
-"""Schema versions: each backend lists its steps, this applies the ones a database lacks."""
+"""Schema versions: applying the steps of :mod:`lastword.store.schema` that a database lacks."""
 
 from __future__ import annotations
 
