@@ -20,7 +20,8 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any, Literal, cast
 
 import orjson
 import pytest
@@ -37,7 +38,8 @@ from lastword.errors import (
 )
 from lastword.factory import open_store
 from lastword.settings import Settings
-from lastword.store import RunSpec, Store
+from lastword.rules.records import WebhookTarget
+from lastword.store import Feed, Outbox, RunLog, RunSpec, Stats, Store
 
 from tests.builders import chunk, message, text, turn_end, usage
 
@@ -76,8 +78,8 @@ STARTER = textwrap.dedent(
 )
 
 
-class StoreContract:
-    """Abstract: a subclass provides the ``database_url`` fixture (a fresh database per test)."""
+class ContractBase:
+    """Abstract: a backend's subclass provides the ``database_url`` fixture (a fresh database per test)."""
 
     @pytest.fixture
     def database_url(self) -> Iterator[str]:
@@ -98,6 +100,11 @@ class StoreContract:
             yield opened
         finally:
             await opened.close()
+
+
+
+class RunLogContract(ContractBase):
+    """:class:`lastword.store.protocols.RunLog`: runs, turns and their logs."""
 
     # -- creating runs ---------------------------------------------------------------------
 
@@ -313,7 +320,7 @@ class StoreContract:
         assert ended is not None and ended.turn.output == [text("x")]
         assert await store.expired_runs(T0 + 10**9) == []
 
-    # -- listing, the feed, retention ------------------------------------------------------------
+    # -- listing ------------------------------------------------------------
 
     @pytest.mark.anyio
     async def test_list_runs_filters_and_pages_newest_first(self, store: Store) -> None:
@@ -336,37 +343,6 @@ class StoreContract:
         assert [run.run_id for run in page] + rest == ["r4", "r3", "r2", "r1", "r0"]
         counts = await store.count_runs()
         assert (counts.get("running"), counts.get("idle", 0), counts.get("ended")) == (4, 0, 1)
-
-    @pytest.mark.anyio
-    async def test_the_feed_holds_every_lifecycle_event_in_order(self, store: Store) -> None:
-        """feed_after returns starts and ends of every run in commit order, filterable by parent."""
-        await store.create_run(spec("a"), T0)
-        await store.create_run(spec("b", parent="a"), T0)
-        await store.append("a", [chunk("not in the feed")], T0)
-        await store.end_turn("b", "completed", None, T0)
-        feed = await store.feed_after(0, None, 100)
-        assert [(event.run_id, event.type) for event in feed] == [
-            ("a", "subagent/start"), ("b", "subagent/start"), ("b", "subagent/end"),
-        ]
-        ids = [event.feed_id for event in feed if event.feed_id is not None]
-        assert ids == sorted(ids) and len(set(ids)) == 3
-        assert await store.last_feed_id() == ids[-1]
-        assert [event.type for event in await store.feed_after(ids[0], "a", 100)] == ["subagent/start", "subagent/end"]
-        assert await store.feed_after(ids[-1], None, 100) == []
-
-    @pytest.mark.anyio
-    async def test_retention_deletes_ended_runs_and_leaves_a_tombstone(self, store: Store) -> None:
-        """Runs ended before the cut-off are deleted (then read as Gone); others stay."""
-        await store.create_run(spec("old"), T0)
-        await store.end_turn("old", "completed", None, T0 + 1)
-        await store.create_run(spec("open"), T0)
-        await store.create_run(spec("recent"), T0)
-        await store.end_turn("recent", "completed", None, T0 + 100)
-        assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
-        with pytest.raises(RunDeleted):
-            await store.get_run("old")
-        assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
-                                                            limit=10, before_pk=None)} == {"open", "recent"}
 
     # -- restarts and replicas -------------------------------------------------------------------
 
@@ -435,6 +411,10 @@ class StoreContract:
         finally:
             await other.close()
 
+
+class LifetimeContract(ContractBase):
+    """:class:`lastword.store.protocols.Lifetime`: opening a database, its schema."""
+
     # -- the schema --------------------------------------------------------------------------------
 
     def test_replicas_starting_together_create_the_schema_once(self, database_url: str) -> None:
@@ -459,3 +439,177 @@ class StoreContract:
         with pytest.raises(RuntimeError, match="schema version 99"):
             await newer.open()
         await newer.close()
+
+
+class FeedContract(ContractBase):
+    """:class:`lastword.store.protocols.Feed`: the firehose of every run's lifecycle events."""
+
+    @pytest.mark.anyio
+    async def test_the_feed_holds_every_lifecycle_event_in_order(self, store: Store) -> None:
+        """feed_after returns starts and ends of every run in commit order, filterable by parent."""
+        await store.create_run(spec("a"), T0)
+        await store.create_run(spec("b", parent="a"), T0)
+        await store.append("a", [chunk("not in the feed")], T0)
+        await store.end_turn("b", "completed", None, T0)
+        feed = await store.feed_after(0, None, 100)
+        assert [(event.run_id, event.type) for event in feed] == [
+            ("a", "subagent/start"), ("b", "subagent/start"), ("b", "subagent/end"),
+        ]
+        ids = [event.feed_id for event in feed if event.feed_id is not None]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        assert await store.last_feed_id() == ids[-1]
+        assert [event.type for event in await store.feed_after(ids[0], "a", 100)] == ["subagent/start", "subagent/end"]
+        assert await store.feed_after(ids[-1], None, 100) == []
+
+    @pytest.mark.anyio
+    async def test_the_highest_id_issued_outlives_the_rows_retention_deletes(self, store: Feed) -> None:
+        """An empty feed starts at 0; once retention deleted the rows, ``last_feed_id`` goes back
+        but ``highest_feed_id_issued`` still covers every id given out (a resume point up to it
+        is one the firehose may have sent)."""
+        assert (await store.last_feed_id(), await store.highest_feed_id_issued()) == (0, 0)
+        log = cast(RunLog, store)
+        await log.create_run(spec("gone"), T0)
+        await log.end_turn("gone", "completed", None, T0 + 1)
+        issued = await store.last_feed_id()
+        assert issued > 0 and await store.highest_feed_id_issued() == issued
+        assert await cast(Store, store).delete_ended_runs(T0 + 50, T0 + 60) == ["gone"]
+        assert await store.feed_after(0, None, 10) == []
+        assert await store.last_feed_id() == 0
+        assert await store.highest_feed_id_issued() == issued
+
+
+class RetentionContract(ContractBase):
+    """:class:`lastword.store.protocols.Retention`: deleting runs that ended long ago."""
+
+    @pytest.mark.anyio
+    async def test_retention_deletes_ended_runs_and_leaves_a_tombstone(self, store: Store) -> None:
+        """Runs ended before the cut-off are deleted (then read as Gone); others stay."""
+        await store.create_run(spec("old"), T0)
+        await store.end_turn("old", "completed", None, T0 + 1)
+        await store.create_run(spec("open"), T0)
+        await store.create_run(spec("recent"), T0)
+        await store.end_turn("recent", "completed", None, T0 + 100)
+        assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
+        with pytest.raises(RunDeleted):
+            await store.get_run("old")
+        assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
+                                                            limit=10, before_pk=None)} == {"open", "recent"}
+
+
+class StatsContract(ContractBase):
+    """:class:`lastword.store.protocols.Stats`: the counts ``/metrics`` shows."""
+
+    @pytest.mark.anyio
+    async def test_count_runs_counts_each_status(self, store: Stats) -> None:
+        """Runs are counted in the status they are in now: a turn's end moves its run along."""
+        assert await store.count_runs() == {}
+        log = cast(RunLog, store)
+        for run_id in ("a", "b"):
+            await log.create_run(spec(run_id), T0)
+        for run_id in ("c", "d"):
+            await log.create_run(spec(run_id, mode="continuable"), T0)
+        await log.end_turn("a", "completed", None, T0 + 1)
+        await log.end_turn("c", "completed", None, T0 + 1)
+        assert await store.count_runs() == {"ended": 1, "running": 2, "idle": 1}
+        await log.close_run("c", T0 + 2)
+        assert await store.count_runs() == {"ended": 2, "running": 2}
+
+
+class OutboxContract(ContractBase):
+    """:class:`lastword.store.protocols.Outbox`: deliveries written with the end they announce,
+    leased to one sender at a time, their attempts stored only under the lease still held."""
+
+    HOOK = WebhookTarget(url="https://hooks.example/lastword", secret="whsec_c2VjcmV0")
+
+    async def ended_with_webhook(self, store: Outbox, run_id: str, at: float = T0 + 1) -> None:
+        log = cast(RunLog, store)
+        await log.create_run(replace(spec(run_id), webhook=self.HOOK), T0)
+        await log.end_turn(run_id, "completed", None, at)
+
+    @pytest.mark.anyio
+    async def test_an_end_enqueues_one_pending_delivery_of_a_run_with_a_webhook(self, store: Outbox) -> None:
+        log = cast(RunLog, store)
+        assert (await store.outbox_stats(), await store.next_delivery_due()) == ((0, None), None)
+        await self.ended_with_webhook(store, "hooked")
+        await log.create_run(spec("plain"), T0)
+        await log.end_turn("plain", "completed", None, T0 + 1)
+        [delivery] = await store.deliveries("hooked")
+        assert (delivery.run_id, delivery.turn, delivery.state, delivery.attempts) == ("hooked", 1, "pending", [])
+        assert delivery.last_status is None and delivery.next_attempt_at == T0 + 1
+        assert await store.deliveries("plain") == []
+        assert await store.outbox_stats() == (1, T0 + 1)
+        assert await store.next_delivery_due() == T0 + 1
+        await self.ended_with_webhook(store, "later", at=T0 + 5)
+        assert await store.outbox_stats() == (2, T0 + 1)  # how many, and the oldest
+        assert await store.next_delivery_due() == T0 + 1
+        with pytest.raises(RunNotFound):
+            await store.deliveries("nope")
+
+    @pytest.mark.anyio
+    async def test_a_claim_leases_a_due_delivery_to_one_caller_until_the_lease_runs_out(self, store: Outbox) -> None:
+        await self.ended_with_webhook(store, "hooked")
+        assert await store.claim_deliveries(T0, 30, 10) == []  # not due yet
+        [job] = await store.claim_deliveries(T0 + 1, 30, 10)
+        assert (job.url, job.secret, job.attempts, job.leased_until) == (self.HOOK.url, self.HOOK.secret, [], T0 + 31)
+        sent = orjson.loads(job.payload)
+        assert (sent["type"], sent["data"]["runId"], sent["data"]["stopReason"]) == (
+            "subagent.end", "hooked", "completed")
+        assert await store.claim_deliveries(T0 + 30, 30, 10) == []  # leased
+        [again] = await store.claim_deliveries(T0 + 32, 30, 10)  # the lease ran out
+        assert (again.id, again.leased_until) == (job.id, T0 + 62)
+
+    @pytest.mark.anyio
+    async def test_an_attempt_is_stored_only_under_the_lease_still_held(self, store: Outbox) -> None:
+        await self.ended_with_webhook(store, "hooked")
+        [stale] = await store.claim_deliveries(T0 + 1, 10, 10)
+        [held] = await store.claim_deliveries(T0 + 20, 10, 10)  # another sender, after the lease ran out
+        tried = [{"at": T0 + 21, "status": 200}]
+        assert not await store.record_attempt(stale, [{"at": T0 + 5, "status": 500}], "pending", 500, T0 + 60)
+        assert await store.record_attempt(held, tried, "delivered", 200, None)
+        [delivery] = await store.deliveries("hooked")
+        assert (delivery.state, delivery.last_status, delivery.attempts) == ("delivered", 200, tried)
+        assert (await store.outbox_stats(), await store.next_delivery_due()) == ((0, None), None)
+        assert await store.claim_deliveries(T0 + 10**6, 10, 10) == []
+
+    @pytest.mark.anyio
+    async def test_a_retry_is_due_at_its_time_with_the_attempts_so_far(self, store: Outbox) -> None:
+        await self.ended_with_webhook(store, "hooked")
+        [job] = await store.claim_deliveries(T0 + 1, 10, 10)
+        tried = [{"at": T0 + 1, "status": 503}]
+        assert await store.record_attempt(job, tried, "pending", 503, T0 + 100)
+        assert await store.next_delivery_due() == T0 + 100
+        assert await store.outbox_stats() == (1, T0 + 1)
+        assert await store.claim_deliveries(T0 + 99, 10, 10) == []
+        [retry] = await store.claim_deliveries(T0 + 100, 10, 10)
+        assert (retry.id, retry.attempts) == (job.id, tried)
+
+    @pytest.mark.anyio
+    async def test_released_leases_are_due_again_at_once_and_a_stale_one_is_left_alone(self, store: Outbox) -> None:
+        await self.ended_with_webhook(store, "one")
+        await self.ended_with_webhook(store, "two")
+        jobs = await store.claim_deliveries(T0 + 1, 30, 10)
+        assert len(jobs) == 2
+        assert await store.release_deliveries(jobs) == 2
+        again = await store.claim_deliveries(T0 + 2, 30, 10)
+        assert sorted(job.id for job in again) == sorted(job.id for job in jobs)
+        assert await store.release_deliveries(jobs) == 0  # those leases are no longer the caller's
+        assert await store.claim_deliveries(T0 + 3, 30, 10) == []
+        [delivery] = await store.deliveries("one")
+        assert (delivery.state, delivery.attempts) == ("pending", [])
+
+    @pytest.mark.anyio
+    async def test_two_stores_claiming_at_once_get_disjoint_deliveries(self, store: Outbox, database_url: str) -> None:
+        """Two replicas' senders never lease the same delivery (PostgreSQL: SKIP LOCKED)."""
+        for number in range(12):
+            await self.ended_with_webhook(store, f"r{number}")
+        other = self.new_store(database_url)
+        await other.open()
+        try:
+            for round_ in range(20):
+                now = T0 + 1 + round_ * 100  # each round after the last round's leases ran out
+                mine, theirs = await asyncio.gather(store.claim_deliveries(now, 50, 5),
+                                                    other.claim_deliveries(now, 50, 5))
+                ids = [job.id for job in mine + theirs]
+                assert len(ids) == len(set(ids)) == 10
+        finally:
+            await other.close()

@@ -1,4 +1,5 @@
-"""The storage contract (``tests.store_contract``) on PostgreSQL: a fresh schema per test."""
+"""The storage contract (``tests.store_contract``), each protocol's suite, on PostgreSQL: a fresh
+schema per test."""
 
 from __future__ import annotations
 
@@ -7,12 +8,48 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import postgres_schema
-from tests.store_contract import StoreContract
+from tests.store_contract import (
+    FeedContract,
+    LifetimeContract,
+    OutboxContract,
+    RetentionContract,
+    RunLogContract,
+    StatsContract,
+)
 
 
-@pytest.mark.postgres
-class TestPostgresStore(StoreContract):
+class PostgresDatabase:
     @pytest.fixture
     def database_url(self) -> Iterator[str]:
         with postgres_schema() as url:
             yield url
+
+
+@pytest.mark.postgres
+class TestPostgresRunLog(PostgresDatabase, RunLogContract):
+    pass
+
+
+@pytest.mark.postgres
+class TestPostgresFeed(PostgresDatabase, FeedContract):
+    pass
+
+
+@pytest.mark.postgres
+class TestPostgresOutbox(PostgresDatabase, OutboxContract):
+    pass
+
+
+@pytest.mark.postgres
+class TestPostgresRetention(PostgresDatabase, RetentionContract):
+    pass
+
+
+@pytest.mark.postgres
+class TestPostgresStats(PostgresDatabase, StatsContract):
+    pass
+
+
+@pytest.mark.postgres
+class TestPostgresLifetime(PostgresDatabase, LifetimeContract):
+    pass

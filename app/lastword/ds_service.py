@@ -24,13 +24,14 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 
 from lastword.errors import DsRefusal
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice, StreamState
-from lastword.store.base import Store
+from lastword.store.protocols import RunLog, Streams
 
 #: About how much one read answers; a longer stream is read in several.
 READ_BYTES = 1024 * 1024
@@ -46,8 +47,12 @@ def run_id_of(path: str) -> str | None:
     return None
 
 
+class StreamStore(Streams, RunLog, Protocol):
+    """What the Durable Streams service uses: the streams, and the runs' logs behind ``/runs/…``."""
+
+
 class StreamService:
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: StreamStore, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self.clock = clock
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)

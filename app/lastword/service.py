@@ -278,6 +278,7 @@ class RunService:
             canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
             webhook=target,
             fork_of=None if fork is None else (fork.runId, fork.afterSeq),
+            join_continuations=None if request.selection is None else request.selection.joinContinuations,
         )
         run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)

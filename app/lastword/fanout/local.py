@@ -19,11 +19,11 @@ from __future__ import annotations
 import abc
 import bisect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lastword.fanout.hub import Hub
 from lastword.rules.records import StoredEvent
-from lastword.store.base import Store
+from lastword.store.protocols import Feed, RunLog
 from lastword.store.writes import LIVE_TYPES
 
 if TYPE_CHECKING:
@@ -68,10 +68,14 @@ class LocalFanout(Fanout):
             self.hub.publish(stored)
 
 
+class LogReader(Feed, RunLog, Protocol):
+    """What the notice fan-out reads: the firehose and the runs' logs."""
+
+
 class NoticeFanout(Fanout):
     """Publish from PostgreSQL commit notices, in commit order, reading the log for the events."""
 
-    def __init__(self, hub: Hub, store: Store, conninfo: str, channel: str) -> None:
+    def __init__(self, hub: Hub, store: LogReader, conninfo: str, channel: str) -> None:
         super().__init__(hub)
         from lastword.fanout.notify import NoticeListener
 

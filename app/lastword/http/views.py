@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 
 from lastword.rules.fold import empty_usage
 from lastword.rules.lifecycle import rfc3339
@@ -26,9 +25,10 @@ def run_view(run: RunRecord) -> dict[str, Any]:
         turn=run.turn,
         lastSeq=run.last_seq,
     )
-    if '"forkOf"' in run.canonical or '"selection"' in run.canonical:
-        asked = orjson.loads(run.canonical)
-        body.update({key: asked[key] for key in ("forkOf", "selection") if asked.get(key) is not None})
+    if run.fork_of is not None:
+        body["forkOf"] = {"runId": run.fork_of[0], "afterSeq": run.fork_of[1]}
+    if run.join_continuations is not None:
+        body["selection"] = {"joinContinuations": run.join_continuations}
     if run.lease_expires_at is not None:
         body["leaseExpiresAt"] = rfc3339(run.lease_expires_at)
     body.update(createdAt=rfc3339(run.created_at), updatedAt=rfc3339(run.updated_at))

@@ -29,6 +29,8 @@ class RunSpec:
     canonical: str  # the request body, canonical JSON, for the idempotency comparison
     webhook: WebhookTarget | None = None
     fork_of: tuple[str, int] | None = None  # (parent run id, afterSeq): SPEC §12 forks
+    #: ``selection.joinContinuations`` as asked (SPEC §14); None when no ``selection`` was sent.
+    join_continuations: bool | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -57,6 +59,11 @@ class RunRecord:
     lease_expires_at: float | None
     created_at: float
     updated_at: float
+    #: The run's options as asked, each a value of its own (``canonical`` is only for telling a
+    #: repeated create from a different one): ``forkOf`` (SPEC §12) and
+    #: ``selection.joinContinuations`` (SPEC §14; None when no ``selection`` was sent).
+    fork_of: tuple[str, int] | None = None
+    join_continuations: bool | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -106,6 +106,7 @@ def _moved(
         metadata=run.metadata, lease_seconds=run.lease_seconds, canonical=run.canonical,
         status=run.status if status is None else status, turn=run.turn if turn is None else turn,
         last_seq=last_seq, lease_expires_at=lease_expires_at, created_at=run.created_at, updated_at=updated_at,
+        fork_of=run.fork_of, join_continuations=run.join_continuations,
     )
 
 
@@ -159,6 +160,7 @@ def create(spec: RunSpec, now: float, default_lease_seconds: float) -> Change:
         pk=0, run_id=spec.run_id, parent_run_id=spec.parent_run_id, agent=spec.agent, mode=spec.mode,
         metadata=spec.metadata, lease_seconds=lease, canonical=spec.canonical, status="running",
         turn=1, last_seq=first, lease_expires_at=lease_expiry(lease, now), created_at=now, updated_at=now,
+        fork_of=spec.fork_of, join_continuations=spec.join_continuations,
     )
     started, event = _start(run, 1, first, now)
     return Change(run=run, events=[event], started=started)

@@ -11,10 +11,18 @@ from lastword.store.base import (
     StoredEvent,
     TurnRecord,
 )
+from lastword.store.protocols import Feed, Lifetime, Outbox, Retention, RunLog, Stats, Streams
 
 __all__ = [
     "AppendOutcome",
     "EndOutcome",
+    "Feed",
+    "Lifetime",
+    "Outbox",
+    "Retention",
+    "RunLog",
+    "Stats",
+    "Streams",
     "RunRecord",
     "RunSpec",
     "Store",

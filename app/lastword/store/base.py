@@ -3,225 +3,23 @@
 A store owns the durable log and the folds of open turns: every operation that changes a run
 runs in one database transaction, holding the run's row lock, so that ``seq`` is assigned
 gap-free in commit order and a turn ends exactly once, whichever replica asks.
+
+The contract is written as small protocols (:mod:`lastword.store.protocols`), one per part of
+the service that uses it; :class:`Store` is all of them at once, what a backend implements.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Protocol
 
-from lastword.rules.records import (
-    AppendOutcome,
-    Delivery,
-    DeliveryJob,
-    EndOutcome,
-    RunRecord,
-    RunSpec,
-    RunStatus,
-    StoredEvent,
-    TurnRecord,
-)
-from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
-from lastword.rules.stop_reasons import StopReason
+from lastword.rules.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, StoredEvent, TurnRecord
+from lastword.store.protocols import Feed, Lifetime, Outbox, Retention, RunLog, Stats, Streams
 
-__all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "StoredEvent", "TurnRecord"]
+__all__ = [
+    "AppendOutcome", "EndOutcome", "Feed", "Lifetime", "Outbox", "Retention", "RunLog", "RunSpec", "RunRecord",
+    "Stats", "Store", "StoredEvent", "Streams", "TurnRecord",
+]
 
 
-class Store(abc.ABC):
-    """The operations the service needs; each is atomic and durable when it returns."""
-
-    @abc.abstractmethod
-    async def open(self) -> None: ...
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...
-
-    @abc.abstractmethod
-    async def ping(self) -> None:
-        """Raise :class:`lastword.errors.Unavailable` when the database cannot be reached."""
-
-    @abc.abstractmethod
-    async def create_run(
-        self, spec: RunSpec, now: float
-    ) -> tuple[RunRecord, bool, list[StoredEvent]]:
-        """Create a run and its first turn; a repeat of the same spec returns the run."""
-
-    @abc.abstractmethod
-    async def get_run(self, run_id: str) -> RunRecord: ...
-
-    @abc.abstractmethod
-    async def list_runs(
-        self,
-        *,
-        parent_run_id: str | None,
-        status: RunStatus | None,
-        agent: str | None,
-        limit: int,
-        before_pk: int | None,
-        stop_reason: StopReason | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first; ``stop_reason`` keeps runs whose latest turn ended with it."""
-
-    @abc.abstractmethod
-    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
-        """The stored row of each run's latest turn, by run id (unknown ids are left out).
-
-        An open turn's row has no stop reason and not its usage so far: that lives in its fold.
-        """
-
-    @abc.abstractmethod
-    async def append(
-        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
-    ) -> AppendOutcome:
-        """Append validated events to the run's open turn, all or nothing.
-
-        ``encoded`` holds each event's JSON when the caller has it already (saves encoding twice).
-        """
-
-    @abc.abstractmethod
-    async def append_as_producer(
-        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
-        producer: Producer | None,
-    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
-        """:meth:`append`, fenced by an idempotent producer's epoch and seq (SPEC §17) checked and
-        recorded in the same transaction: a stale epoch is 403, a gap 409 (nothing stored), a
-        repeat stores nothing and answers ``accepted == 0``. The second value is the producer's
-        ``(epoch, seq)`` as now recorded (None without a producer)."""
-
-    @abc.abstractmethod
-    async def append_batches(
-        self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
-    ) -> AppendOutcome:
-        """Append validated events, given as batches of (events, their JSON), all in one
-        transaction: all or nothing, like :meth:`append` of every batch's events at once.
-
-        ``batches`` is consumed in the store's worker thread, one batch at a time, so a caller
-        that reads them from a file never holds all the events as dicts. When they hold more
-        chunks than one subscriber buffers, the outcome's ``stored`` leaves the chunks out and
-        says so (``chunks_left_out``): subscribers read them from the log.
-        """
-
-    @abc.abstractmethod
-    async def end_turn(
-        self,
-        run_id: str,
-        stop_reason: StopReason,
-        error: Any,
-        now: float,
-        *,
-        only_if_expired: bool = False,
-    ) -> EndOutcome | None:
-        """End the open turn. ``only_if_expired`` (the sweep) ends it only if its lease ran out."""
-
-    @abc.abstractmethod
-    async def start_turn(self, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]: ...
-
-    @abc.abstractmethod
-    async def close_run(
-        self, run_id: str, now: float
-    ) -> tuple[RunRecord, list[StoredEvent]]: ...
-
-    @abc.abstractmethod
-    async def turn_result(
-        self, run_id: str, turn: int | None
-    ) -> tuple[RunRecord, TurnRecord]:
-        """The run and one turn (default: the latest), with the output selected so far."""
-
-    @abc.abstractmethod
-    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
-        """Run and latest turn as of one point in the log (``run.last_seq``)."""
-
-    @abc.abstractmethod
-    async def events_after(
-        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
-    ) -> list[StoredEvent]: ...
-
-    @abc.abstractmethod
-    async def inherited_events(self, run_id: str) -> list[StoredEvent]:
-        """A fork's inherited history in ``seq`` order, each event under the run and turn it was
-        logged in (``[]`` for a run that is not a fork)."""
-
-    @abc.abstractmethod
-    async def feed_after(
-        self, after: int, parent_run_id: str | None, limit: int
-    ) -> list[StoredEvent]:
-        """Lifecycle events of every run, in firehose order (``feed_id``)."""
-
-    @abc.abstractmethod
-    async def last_feed_id(self) -> int:
-        """The highest firehose id in the feed now (0 when it is empty): where a new stream starts."""
-
-    @abc.abstractmethod
-    async def highest_feed_id_issued(self) -> int:
-        """The highest firehose id ever given out, whether or not retention deleted it since.
-
-        A resume point up to it is one the firehose may have sent; only beyond it is a resume
-        point "past the end".
-        """
-
-    @abc.abstractmethod
-    async def expired_runs(self, now: float) -> list[str]: ...
-
-    @abc.abstractmethod
-    async def delete_ended_runs(self, ended_before: float, now: float, limit: int = 200) -> list[str]:
-        """Delete up to ``limit`` runs that ended before ``ended_before``; their ids.
-
-        Each deleted run leaves a tombstone: reading it later answers 410, not 404.
-        """
-
-    @abc.abstractmethod
-    async def count_runs(self) -> dict[str, int]:
-        """How many runs there are in each status."""
-
-    # -- the webhook outbox --------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
-        """Lease up to ``limit`` due deliveries to the caller (one replica at a time each)."""
-
-    @abc.abstractmethod
-    async def record_attempt(
-        self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
-        next_attempt_at: float | None,
-    ) -> bool:
-        """Store an attempt's outcome if the caller still holds the lease; whether it did."""
-
-    @abc.abstractmethod
-    async def release_deliveries(self, jobs: list[DeliveryJob]) -> int:
-        """Give up the caller's leases on ``jobs``, unattempted: each is due again at once for any
-        replica. How many leases it still held (a lease already run out is not touched)."""
-
-    @abc.abstractmethod
-    async def deliveries(self, run_id: str) -> list[Delivery]:
-        """The run's deliveries, oldest first (404/410 for an unknown or deleted run)."""
-
-    @abc.abstractmethod
-    async def outbox_stats(self) -> tuple[int, float | None]:
-        """Pending deliveries: how many, and when the oldest was created."""
-
-    @abc.abstractmethod
-    async def next_delivery_due(self) -> float | None:
-        """When the earliest pending delivery is due."""
-
-    # -- Durable Streams (SPEC §17, lastword.store.ds) ----------------------------------
-
-    @abc.abstractmethod
-    async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
-        """Create a stream (or a fork), or find the same one there already (200; else 409)."""
-
-    @abc.abstractmethod
-    async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
-        """Append (and/or close) under the stream's lock, producer state in the same transaction."""
-
-    @abc.abstractmethod
-    async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
-        """The entries after ``position`` (an offset as sent, or a position), up to about ``max_bytes``."""
-
-    @abc.abstractmethod
-    async def ds_touch(self, path: str, now: float) -> None:
-        """Reset a sliding TTL (a read)."""
-
-    @abc.abstractmethod
-    async def ds_delete(self, path: str, now: float) -> None:
-        """Delete a stream (soft while forks point at it)."""
+class Store(Lifetime, RunLog, Feed, Outbox, Retention, Stats, Streams, Protocol):
+    """Every operation: what a backend implements (:class:`lastword.store.sql.SqlStore`)."""

@@ -1,9 +1,12 @@
-"""What differs between the SQL backends, as the shared queries ask for it."""
+"""What differs between the SQL backends, as the shared queries ask for it: one dialect object
+per backend (:class:`SqliteDialect` here, :class:`lastword.store.postgres.PostgresDialect`),
+held by the store (:class:`lastword.store.sql.SqlStore`) and handed to the queries."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
 
 
@@ -12,6 +15,8 @@ class Dialect(Protocol):
     events_by_id: str
     #: Appended to a ``SELECT`` of a run that is about to change (PostgreSQL: ``FOR UPDATE``).
     lock_clause: str
+    #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
+    claim_clause: str
     #: Whether a write returns the chunks it stored for the service to publish (SQLite). PostgreSQL's
     #: replicas publish from commit notices and read the chunks from the log (lastword.fanout.local).
     returns_chunks: bool
@@ -37,3 +42,48 @@ class Dialect(Protocol):
     ) -> None:
         """Say, inside the transaction, that ``first_seq..last_seq`` of the run commit with it
         (PostgreSQL: a NOTIFY delivered to every replica if and when it commits)."""
+
+    def after_stream_notice(self, tx: Tx, path: str) -> None:
+        """Say, inside the transaction, that the Durable Stream at ``path`` changes with it."""
+
+
+def insert_event_rows(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+    """Event rows as plain ``INSERT``s (both backends; PostgreSQL copies large batches instead)."""
+    tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+class SqliteDialect:
+    """SQLite's: one writer at a time, so no row locks, no feed lock and no notices."""
+
+    # Without statistics SQLite guesses that a run holds ~10 events and, for a long list of
+    # ids, scans the run's whole range of the primary key instead: each batch's dedupe then
+    # costs the run's length, and ingest with eventIds slows down as the run grows.
+    events_by_id = "events INDEXED BY events_by_event_id"
+    lock_clause = ""
+    claim_clause = ""
+    returns_chunks = True
+
+    def match_ids(self, count: int) -> str:
+        return "event_id IN (" + ",".join("?" * count) + ")"
+
+    def id_params(self, ids: list[str]) -> list[Any]:
+        return ids
+
+    def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+        insert_event_rows(tx, rows)
+
+    def before_feed_insert(self, tx: Tx) -> None:
+        pass
+
+    def feed_ids_issued(self, tx: Tx) -> int:
+        # AUTOINCREMENT keeps the largest id ever used in sqlite_sequence, and never reuses one.
+        row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
+    def after_commit_notice(
+        self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
+    ) -> None:
+        pass
+
+    def after_stream_notice(self, tx: Tx, path: str) -> None:
+        pass

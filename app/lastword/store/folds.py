@@ -163,20 +163,12 @@ class FoldCache:
         return caught_up(tx, slot, run)
 
 
-def joins_continuations(run: RunRecord) -> bool:
-    """Whether the run was created with ``selection: {joinContinuations: true}`` (SPEC §14)."""
-    if '"selection"' not in run.canonical:
-        return False
-    selection = loads(run.canonical).get("selection") or {}
-    return selection.get("joinContinuations") is True
-
-
 def caught_up(tx: Tx, slot: FoldSlot, run: RunRecord) -> TurnFold:
     """The run's open-turn fold with every event of the log up to ``run.last_seq`` (lock held)."""
     fold = slot.fold
     if fold is not None and fold.last_seq >= run.last_seq:
         return fold
-    joins = joins_continuations(run)
+    joins = run.join_continuations is True  # SPEC §14: only when asked for
     if fold is None:
         row = tx.one("SELECT start_seq FROM turns WHERE run_id = ? AND turn = ?", (run.run_id, run.turn))
         fold = slot.fold = MeasuredFold(last_seq=row[0], join_continuations=joins)

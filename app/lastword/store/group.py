@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from lastword.errors import LastwordError, Unavailable
+from lastword.errors import LastwordError
+from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
 from lastword.store.tx import Holds, Tx
 
 T = TypeVar("T")
@@ -149,7 +150,7 @@ class GroupWriter:
                 if len(batch) == 1:
                     job = batch[0]
                     try:
-                        job.outcome = job.work(Tx(cursor, str, holds))
+                        job.outcome = job.work(SqliteTx(cursor, str, holds))
                     except LastwordError as error:
                         job.error = error
                 else:
@@ -162,10 +163,8 @@ class GroupWriter:
             finally:
                 if not committed and connection.in_transaction:
                     connection.execute("ROLLBACK")
-        except sqlite3.Error as error:
-            self._fail(batch, Unavailable(f"the SQLite store failed: {error}"))
-        except Exception as error:  # a bug: answer it rather than leave requests hanging
-            self._fail(batch, error)
+        except Exception as error:  # a bug is answered as itself rather than leave requests hanging
+            self._fail(batch, driver_error(error) if is_driver_error(error) else error)
         finally:
             holds.release(committed)
 
@@ -178,14 +177,14 @@ class GroupWriter:
 
     @staticmethod
     def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
-        tx = Tx(cursor, str, holds)
+        tx = SqliteTx(cursor, str, holds)
         connection.execute(f"SAVEPOINT w{number}")
         try:
             job.outcome = job.work(tx)
         except Exception as error:
             connection.execute(f"ROLLBACK TO w{number}")
             tx.spoil()  # a fold it used may hold what was just rolled back
-            job.error = Unavailable(f"the SQLite store failed: {error}") if isinstance(error, sqlite3.Error) else error
+            job.error = driver_error(error) if is_driver_error(error) else error
         connection.execute(f"RELEASE w{number}")
 
     def _maybe_hold(self) -> None:

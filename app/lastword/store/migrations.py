@@ -1,17 +1,27 @@
-"""Schema versions: each backend lists its steps, this applies the ones a database lacks."""
+"""Schema versions: applying the steps of :mod:`lastword.store.schema` that a database lacks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lastword.store.tx import Tx
 
+#: One schema version's step: statements (``;``-separated), or a function that also moves data.
+Step = str | Callable[[Tx], None]
 
-def upgrade_schema(tx: Tx, migrations: Sequence[str]) -> int:
+
+def run_statements(tx: Tx, statements: str) -> None:
+    """Run each of the ``;``-separated ``statements``."""
+    for statement in statements.split(";"):
+        if statement.strip():
+            tx.run(statement)
+
+
+def upgrade_schema(tx: Tx, migrations: Sequence[Step]) -> int:
     """Bring the schema up to version ``len(migrations)``; the version it was found at.
 
-    ``migrations[i]`` holds the statements (``;``-separated) that take version ``i`` to
-    ``i + 1``. The caller holds the lock that serialises start-ups (SQLite: ``BEGIN
+    ``migrations[i]`` holds the statements (``;``-separated), or the function, that take
+    version ``i`` to ``i + 1``. The caller holds the lock that serialises start-ups (SQLite: ``BEGIN
     IMMEDIATE``; PostgreSQL: an advisory lock), so replicas starting together apply each step
     once, one after the other, and the later ones find nothing to do. A database written by a
     newer release is refused rather than run with a schema this code does not know.
@@ -24,9 +34,10 @@ def upgrade_schema(tx: Tx, migrations: Sequence[str]) -> int:
             f"the database has schema version {found}, newer than this release's {len(migrations)}"
         )
     for step in migrations[found:]:
-        for statement in step.split(";"):
-            if statement.strip():
-                tx.run(statement)
+        if isinstance(step, str):
+            run_statements(tx, step)
+        else:
+            step(tx)
     if found < len(migrations):
         tx.run(
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "

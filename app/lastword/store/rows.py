@@ -11,7 +11,7 @@ from lastword.rules.records import RunRecord, StoredEvent, TurnRecord
 
 RUN_COLUMNS = (
     "pk, run_id, parent_run_id, agent, mode, metadata, lease_seconds, spec, status, turn, "
-    "last_seq, lease_expires_at, created_at, updated_at"
+    "last_seq, lease_expires_at, created_at, updated_at, fork_of_run_id, fork_after_seq, join_continuations"
 )
 TURN_COLUMNS = "run_id, turn, start_seq, started_at, ended_at, stop_reason, error, output, usage"
 EVENT_COLUMNS = "run_id, seq, turn, type, event_id, body, received_at"
@@ -43,6 +43,8 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         lease_expires_at=row[11],
         created_at=row[12],
         updated_at=row[13],
+        fork_of=None if row[14] is None else (row[14], row[15]),
+        join_continuations=None if row[16] is None else bool(row[16]),  # SQLite: 0 or 1
     )
 
 

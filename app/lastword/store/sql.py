@@ -32,8 +32,8 @@ from lastword.rules.stop_reasons import StopReason
 from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
 from lastword.store import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
+from lastword.store.dialect import Dialect
 from lastword.store.folds import FOLD_CACHE_BYTES, FOLD_CACHE_SIZE, FoldCache, FoldSlot, caught_up
-from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
 
 T = TypeVar("T")
@@ -54,18 +54,14 @@ def _shift_index(error: LastwordError, offset: int) -> None:
 
 
 class SqlStore(Store):
-    """The operations over SQL; subclasses bring connections, schema, transactions and dialect."""
-
-    events_by_id = "events"
-    lock_clause = ""
-    returns_chunks = True
-    #: Appended to the outbox's claim of due rows (PostgreSQL: skip rows another replica holds).
-    claim_clause = ""
+    """The operations over SQL; subclasses bring connections, schema and transactions, and the
+    dialect (:mod:`lastword.store.dialect`) the queries ask what differs."""
 
     def __init__(
-        self, *, default_lease_seconds: float, fold_cache_size: int = FOLD_CACHE_SIZE,
+        self, dialect: Dialect, *, default_lease_seconds: float, fold_cache_size: int = FOLD_CACHE_SIZE,
         fold_cache_bytes: int = FOLD_CACHE_BYTES,
     ) -> None:
+        self.dialect = dialect
         self.default_lease_seconds = default_lease_seconds
         self.folds = FoldCache(fold_cache_size, fold_cache_bytes)
 
@@ -79,40 +75,13 @@ class SqlStore(Store):
     async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(tx, *args, **kwargs)`` in a read-only transaction."""
 
-    # -- the dialect (lastword.store.dialect.Dialect), SQLite's by default ----------------
-
-    def match_ids(self, count: int) -> str:
-        return "event_id IN (" + ",".join("?" * count) + ")"
-
-    def id_params(self, ids: list[str]) -> list[Any]:
-        return ids
-
-    def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
-        tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-
-    def before_feed_insert(self, tx: Tx) -> None:
-        pass
-
-    def feed_ids_issued(self, tx: Tx) -> int:
-        # AUTOINCREMENT keeps the largest id ever used in sqlite_sequence, and never reuses one.
-        row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
-        return int(row[0]) if row is not None and row[0] is not None else 0
-
-    def after_commit_notice(
-        self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
-    ) -> None:
-        pass
-
-    def after_stream_notice(self, tx: Tx, path: str) -> None:
-        """The Durable Stream at ``path`` changed in ``tx`` (PostgreSQL: notify the replicas)."""
-
     # -- writes ----------------------------------------------------------------------------
 
     def _persist(
         self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False
     ) -> list[StoredEvent]:
         stored = writes.persist(
-            tx, self, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored
+            tx, self.dialect, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored
         )
         if change.ended is not None:
             self.folds.forget(before.run_id, change.ended.turn)
@@ -125,14 +94,14 @@ class SqlStore(Store):
         change = runstate.create(spec, now, self.default_lease_seconds)
         pk = writes.insert_run(tx, change.run)
         if pk is None:
-            return runstate.repeated_create(reads.run(tx, self, spec.run_id, lock=False), spec), False, []
+            return runstate.repeated_create(reads.run(tx, self.dialect, spec.run_id, lock=False), spec), False, []
         # A deleted run's id is not given out again: its old readers would mistake the new run.
         reads.refuse_deleted(tx, spec.run_id)
         if spec.fork_of is not None:
             forks.inherit(tx, spec.run_id, *spec.fork_of)
         if spec.webhook is not None:
             outbox.add_target(tx, spec.run_id, spec.webhook)
-        stored = writes.persist(tx, self, change, first_seq=change.run.last_seq, now=now, new_run=True)
+        stored = writes.persist(tx, self.dialect, change, first_seq=change.run.last_seq, now=now, new_run=True)
         return replace(change.run, pk=pk), True, stored
 
     async def append(
@@ -143,8 +112,8 @@ class SqlStore(Store):
     def _append(
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
     ) -> AppendOutcome:
-        run = reads.run(tx, self, run_id, lock=True)
-        fresh, duplicates = runstate.without_duplicates(events, reads.stored_event_ids(tx, self, run_id, events))
+        run = reads.run(tx, self.dialect, run_id, lock=True)
+        fresh, duplicates = runstate.without_duplicates(events, reads.stored_event_ids(tx, self.dialect, run_id, events))
         if not fresh:
             # A retry of events that were all stored answers the same, even after the end.
             return AppendOutcome(accepted=0, duplicates=duplicates, last_seq=run.last_seq)
@@ -154,7 +123,7 @@ class SqlStore(Store):
         # The rows go to the store before the events are folded: PostgreSQL's server inserts
         # them while this thread folds (the COPY completes with the transaction's next statement).
         logged = runstate.numbered(run, fresh, encoded)
-        self.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
+        self.dialect.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
         change = runstate.append(run, fold, fresh, now, logged=logged)
         stored = self._persist(tx, run, change, now, appended_stored=True)
         return AppendOutcome(
@@ -176,7 +145,7 @@ class SqlStore(Store):
         if producer is None:
             return self._append(tx, run_id, events, now, encoded), None
         # The run's lock first: it orders this producer check as it orders the run's appends.
-        run = reads.run(tx, self, run_id, lock=True)
+        run = reads.run(tx, self.dialect, run_id, lock=True)
         repeated = ds.producer_repeat(tx, ds.run_producers(run_id), producer)
         if repeated is not None:
             return AppendOutcome(accepted=0, duplicates=len(events), last_seq=run.last_seq), repeated
@@ -226,7 +195,7 @@ class SqlStore(Store):
     def _end_turn(
         self, tx: Tx, run_id: str, stop_reason: StopReason, error: Any, now: float, only_if_expired: bool
     ) -> EndOutcome | None:
-        run = reads.run(tx, self, run_id, lock=True)
+        run = reads.run(tx, self.dialect, run_id, lock=True)
         decision = runstate.decide_end(run, now, only_if_expired=only_if_expired)
         if decision == "skip":
             return None
@@ -241,7 +210,7 @@ class SqlStore(Store):
         return await self._write(self._start_next_turn, run_id, now)
 
     def _start_next_turn(self, tx: Tx, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]:
-        run = reads.run(tx, self, run_id, lock=True)
+        run = reads.run(tx, self.dialect, run_id, lock=True)
         change = runstate.next_turn(run, now)
         return change.run, self._persist(tx, run, change, now)
 
@@ -249,7 +218,7 @@ class SqlStore(Store):
         return await self._write(self._close_run, run_id, now)
 
     def _close_run(self, tx: Tx, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]:
-        run = reads.run(tx, self, run_id, lock=True)
+        run = reads.run(tx, self.dialect, run_id, lock=True)
         decision = runstate.decide_close(run)
         if decision == "closed":
             return run, []
@@ -263,7 +232,7 @@ class SqlStore(Store):
     # -- reads -----------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunRecord:
-        return await self._read(reads.run, self, run_id, lock=False)
+        return await self._read(reads.run, self.dialect, run_id, lock=False)
 
     async def list_runs(
         self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None,
@@ -284,7 +253,7 @@ class SqlStore(Store):
         return await self._read(self._turn_result, run_id, None)
 
     def _turn_result(self, tx: Tx, run_id: str, turn: int | None) -> tuple[RunRecord, TurnRecord]:
-        run = reads.run(tx, self, run_id, lock=False)
+        run = reads.run(tx, self.dialect, run_id, lock=False)
         record = reads.turn(tx, run_id, run.turn if turn is None else turn)
         if record.ended or record.turn != run.turn:
             return run, record
@@ -305,7 +274,7 @@ class SqlStore(Store):
     async def events_after(
         self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
     ) -> list[StoredEvent]:
-        return await self._read(reads.events_after, self, run_id, after, limit, types)
+        return await self._read(reads.events_after, self.dialect, run_id, after, limit, types)
 
     async def inherited_events(self, run_id: str) -> list[StoredEvent]:
         return await self._read(forks.inherited_events, run_id)
@@ -321,7 +290,7 @@ class SqlStore(Store):
 
     def _highest_feed_id_issued(self, tx: Tx) -> int:
         # The id generator remembers ids whose rows retention has deleted; MAX(id) does not.
-        return max(reads.last_feed_id(tx), self.feed_ids_issued(tx))
+        return max(reads.last_feed_id(tx), self.dialect.feed_ids_issued(tx))
 
     async def expired_runs(self, now: float) -> list[str]:
         return await self._read(reads.expired_runs, now)
@@ -332,7 +301,7 @@ class SqlStore(Store):
     # -- the webhook outbox (lastword.store.outbox) -----------------------------------------
 
     async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
-        return await self._write(outbox.claim, self.claim_clause, now, lease_seconds, limit)
+        return await self._write(outbox.claim, self.dialect.claim_clause, now, lease_seconds, limit)
 
     async def record_attempt(
         self, job: DeliveryJob, attempts: list[dict[str, Any]], state: str, status: int | None,
@@ -347,7 +316,7 @@ class SqlStore(Store):
         return await self._read(self._deliveries, run_id)
 
     def _deliveries(self, tx: Tx, run_id: str) -> list[Delivery]:
-        reads.run(tx, self, run_id, lock=False)  # 404 or 410 for a run that is not here
+        reads.run(tx, self.dialect, run_id, lock=False)  # 404 or 410 for a run that is not here
         return outbox.of_run(tx, run_id)
 
     async def outbox_stats(self) -> tuple[int, float | None]:
@@ -362,16 +331,16 @@ class SqlStore(Store):
         return await self._write(self._ds_create, request, now)
 
     def _ds_create(self, tx: Tx, request: CreateRequest, now: float) -> Outcome:
-        outcome = ds.create(tx, request, now, self.lock_clause)
-        self.after_stream_notice(tx, request.path)
+        outcome = ds.create(tx, request, now, self.dialect.lock_clause)
+        self.dialect.after_stream_notice(tx, request.path)
         return outcome
 
     async def ds_append(self, request: AppendRequest, now: float) -> Outcome:
         return await self._write(self._ds_append, request, now)
 
     def _ds_append(self, tx: Tx, request: AppendRequest, now: float) -> Outcome:
-        outcome = ds.append(tx, request, now, self.lock_clause)
-        self.after_stream_notice(tx, request.path)
+        outcome = ds.append(tx, request, now, self.dialect.lock_clause)
+        self.dialect.after_stream_notice(tx, request.path)
         return outcome
 
     async def ds_read(self, path: str, position: int | str, now: float, max_bytes: int) -> Slice:
@@ -384,5 +353,5 @@ class SqlStore(Store):
         await self._write(self._ds_delete, path, now)
 
     def _ds_delete(self, tx: Tx, path: str, now: float) -> None:
-        ds.delete(tx, path, now, self.lock_clause)
-        self.after_stream_notice(tx, path)
+        ds.delete(tx, path, now, self.dialect.lock_clause)
+        self.dialect.after_stream_notice(tx, path)

@@ -22,99 +22,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from lastword.errors import LastwordError, Unavailable
-from lastword.store import ds, forks
+from lastword.errors import LastwordError
+from lastword.store import schema as ddl
+from lastword.store.dialect import SqliteDialect
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
+from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
 from lastword.store.tx import Tx, run_in
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    pk INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL UNIQUE,
-    parent_run_id TEXT,
-    agent TEXT,
-    mode TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    lease_seconds REAL NOT NULL,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    turn INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL,
-    lease_expires_at REAL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id, pk);
-CREATE INDEX IF NOT EXISTS runs_by_lease ON runs (status, lease_expires_at);
-CREATE TABLE IF NOT EXISTS turns (
-    run_id TEXT NOT NULL,
-    turn INTEGER NOT NULL,
-    start_seq INTEGER NOT NULL,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    stop_reason TEXT,
-    error TEXT,
-    output TEXT,
-    usage TEXT,
-    PRIMARY KEY (run_id, turn)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    turn INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    event_id TEXT,
-    body TEXT NOT NULL,
-    received_at REAL NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_event_id ON events (run_id, event_id)
-    WHERE event_id IS NOT NULL;
-CREATE TABLE IF NOT EXISTS feed (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    parent_run_id TEXT,
-    seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id);
-"""
-
-#: Schema upgrades in order: ``MIGRATIONS[i]`` takes version ``i`` to ``i + 1`` (store.migrations).
-SCHEMA_V2 = """
-CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at REAL NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at);
-"""
-
-SCHEMA_V3 = """
-CREATE TABLE IF NOT EXISTS webhooks (run_id TEXT PRIMARY KEY, url TEXT NOT NULL, secret TEXT) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS deliveries (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    webhook_id TEXT NOT NULL UNIQUE,
-    run_id TEXT NOT NULL,
-    turn INTEGER NOT NULL,
-    url TEXT NOT NULL,
-    secret TEXT,
-    payload TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts TEXT NOT NULL,
-    last_status INTEGER,
-    next_attempt_at REAL,
-    leased_until REAL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
-CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id);
-"""
-
-#: The webhook secret is stored once (issue 21): deliveries stop copying it.
-SCHEMA_V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
-MIGRATIONS = (SCHEMA, SCHEMA_V2, SCHEMA_V3, forks.SCHEMA, SCHEMA_V5, ds.schema("BLOB"))
+#: Schema versions (lastword.store.schema, written once for both backends).
+MIGRATIONS = ddl.migrations(ddl.SQLITE)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 #: How long a statement waits for another connection's (or process's) lock.
@@ -148,13 +69,8 @@ def sqlite_path(url: str) -> str:
 
 
 class SqliteStore(SqlStore):
-    # Without statistics SQLite guesses that a run holds ~10 events and, for a long list of
-    # ids, scans the run's whole range of the primary key instead: each batch's dedupe then
-    # costs the run's length, and ingest with eventIds slows down as the run grows.
-    events_by_id = "events INDEXED BY events_by_event_id"
-
     def __init__(self, url: str, *, durability: str = "normal", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(SqliteDialect(), **kwargs)
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
         self._writer = GroupWriter(self._connection)
@@ -178,7 +94,7 @@ class SqliteStore(SqlStore):
     def _transact(self, begin: str, work: Callable[[Tx], T]) -> T:
         try:
             connection = self._connection()
-            tx = Tx(connection.cursor(), str)
+            tx = SqliteTx(connection.cursor(), str)
             connection.execute(begin)
             committed = False
             try:
@@ -192,8 +108,10 @@ class SqliteStore(SqlStore):
                 tx.finish(committed)
         except LastwordError:
             raise
-        except sqlite3.Error as error:
-            raise Unavailable(f"the SQLite store failed: {error}") from error
+        except Exception as error:
+            if is_driver_error(error):
+                raise driver_error(error) from error
+            raise
 
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs))

@@ -23,7 +23,7 @@ from lastword.webhooks.rules import payload, webhook_id
 LIVE_TYPES = frozenset({"assistant/chunk"}) | LIFECYCLE_TYPES
 
 _INSERT_RUN = (
-    f"INSERT INTO runs ({RUN_COLUMNS.replace('pk, ', '')}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO runs ({RUN_COLUMNS.replace('pk, ', '')}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id) DO NOTHING RETURNING pk"
 )
 _INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -34,6 +34,7 @@ def insert_run(tx: Tx, run: RunRecord) -> int | None:
     row = tx.one(_INSERT_RUN, (
         run.run_id, run.parent_run_id, run.agent, run.mode, dumps(run.metadata), run.lease_seconds,
         run.canonical, run.status, run.turn, run.last_seq, run.lease_expires_at, run.created_at, run.updated_at,
+        *(run.fork_of or (None, None)), run.join_continuations,
     ))
     return None if row is None else int(row[0])
 

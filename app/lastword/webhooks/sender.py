@@ -37,7 +37,7 @@ from lastword import __version__
 from lastword.metrics import Metrics
 from lastword.rules.lifecycle import rfc3339
 from lastword.rules.records import DeliveryJob, StoredEvent
-from lastword.store.base import Store
+from lastword.store.protocols import Outbox
 from lastword.webhooks.addresses import RefusedAddress
 from lastword.webhooks.pinned import pinned_transport
 from lastword.webhooks.rules import RESPONSE_EXCERPT, attempt_record, headers, retry_delay
@@ -55,7 +55,7 @@ CLAIM_BATCH = 32
 class WebhookSender:
     def __init__(
         self,
-        store: Store,
+        store: Outbox,
         metrics: Metrics,
         *,
         backoff_seconds: float,
