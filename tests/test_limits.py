@@ -64,6 +64,39 @@ def test_headers_within_the_deadline_are_served(make_settings: Any) -> None:
             sock.close()
 
 
+def _healthz(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b'{"status":"ok"}'):
+        piece = sock.recv(4096)
+        if not piece:
+            break  # the server closed the connection
+        answer += piece
+    return answer
+
+
+def test_an_idle_connection_is_kept_longer_than_client_pools_keep_it(make_settings: Any) -> None:
+    """A keep-alive connection idle for 6 s (past uvicorn's own 5 s, past Node's 4 s pool) is still
+    served: the client closes an idle connection first, never the server under a request being
+    sent. With LASTWORD_HTTP_KEEPALIVE_SECONDS=1 the server closes it after that."""
+    with threaded_server(make_settings()) as url:
+        sock = _connect(url)
+        try:
+            assert _healthz(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(6)  # the idle time is the scenario, not a synchronisation
+            assert _healthz(sock).startswith(b"HTTP/1.1 200")
+        finally:
+            sock.close()
+    with threaded_server(make_settings(http_keepalive_seconds=1)) as url:
+        sock = _connect(url)
+        try:
+            assert _healthz(sock).startswith(b"HTTP/1.1 200")
+            sock.settimeout(30)  # a bound on the test: the close comes after about a second
+            assert sock.recv(4096) == b""
+        finally:
+            sock.close()
+
+
 def test_an_event_over_the_size_limit_refuses_its_batch(make_settings: Any) -> None:
     """A JSON batch with one oversized event gets 413 naming its index, and stores nothing."""
     with threaded_server(make_settings(max_event_bytes=200)) as url, httpx.Client(base_url=url) as api:

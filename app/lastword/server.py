@@ -274,6 +274,10 @@ def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time
         "log_config": None,  # keep the JSON handlers configured by lastword.http.logs
         "access_log": False,  # lastword's own request log leaves query strings (tokens) out
         "timeout_graceful_shutdown": settings.drain_seconds,
+        # uvicorn's 5 s is shorter than the idle timeout of most pools and proxies (Node's undici
+        # 4 s, load balancers 60 s): a server closing first races a client reusing the connection,
+        # and the client's request dies with "other side closed".
+        "timeout_keep_alive": settings.http_keepalive_seconds,
         "lifespan": "on",
     }
     options.update(overrides)

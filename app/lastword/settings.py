@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     ds_sse_seconds: float = Field(
         60.0, gt=0, description="A Durable Streams SSE read (/ds, live=sse) ends after this long; clients resume."
     )
+    http_keepalive_seconds: int = Field(
+        75, gt=0, description="An idle keep-alive connection is closed after this long; keep it above the idle "
+        "timeout of any proxy or client pool in front (60 s is common), so that they close first."
+    )
     log_level: str = Field("info", description="Log level.")
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="A client must send its request headers within this time (else 408)."
