@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -489,16 +489,26 @@ class RunService:
         if turn is not None and turn > run.turn:
             raise TurnNotFound(f"run {run_id!r} has no turn {turn}", runId=run_id, turn=turn)
         last = turn if turn is not None else run.turn
-        # A fork's history starts with what it inherited (SPEC §12), then its own events.
-        items = [LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in await self._store.inherited_events(run_id)]
-        after = 0
-        while True:
-            page = await self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)
-            items.extend(LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
-            if len(page) < HISTORY_PAGE or page[-1].turn > last:
-                break
-            after = page[-1].seq
-        return transcript(items, format)
+        loop = asyncio.get_running_loop()
+
+        def read(call: Coroutine[Any, Any, list[StoredEvent]]) -> list[StoredEvent]:
+            return asyncio.run_coroutine_threadsafe(call, loop).result()
+
+        def history() -> Iterator[LoggedEvent]:
+            # A fork's history starts with what it inherited (SPEC §12), then its own events.
+            yield from (LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in read(self._store.inherited_events(run_id)))
+            after = 0
+            while True:
+                page = read(self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES))
+                yield from (LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+                if len(page) < HISTORY_PAGE or page[-1].turn > last:
+                    return
+                after = page[-1].seq
+                del page  # (the transcript keeps what it assembles, not the events: one page at a time)
+
+        # The log is read a page at a time as the transcript consumes it, in a worker thread (a
+        # long run's transcript is work, and the loop must stay free), each page read on the loop.
+        return await asyncio.to_thread(transcript, history(), format)
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

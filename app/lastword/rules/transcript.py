@@ -501,8 +501,8 @@ def _openai_messages(history: _History) -> tuple[list[dict[str, Any]], list[dict
 ASSEMBLERS = {"anthropic": _anthropic_messages, "openai": _openai_messages}
 
 
-def transcript(items: Sequence[LoggedEvent], format: Format) -> Transcript:
-    """The provider-safe transcript of a history (events in ``seq`` order) in ``format``."""
+def transcript(items: Iterable[LoggedEvent], format: Format) -> Transcript:
+    """The provider-safe transcript of a history (events in ``seq`` order, read once, as they come) in ``format``."""
     history = _neutral(items, RULES[format])
     messages, inserted = ASSEMBLERS[format](history)
     return Transcript(format, messages, history.omitted, inserted)

@@ -102,9 +102,17 @@ class GroupWriter:
 
     def close(self) -> None:
         """Commit what was submitted (called on the event loop, after the last request), then stop."""
+        self.stop()
+        self.join()
+
+    def stop(self) -> None:
+        """Hand over what was submitted and tell the thread to stop after it (on the event loop)."""
         for loop in list(self._pending):
             self._hand_over(loop)
         self._queue.put(None)
+
+    def join(self) -> None:
+        """Wait for the thread to commit what it was handed and stop (blocking: not on the loop)."""
         self._thread.join()
 
     def _loop(self) -> None:

@@ -30,6 +30,7 @@ and the client gets 503, never a 2xx for an event that may not be stored.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -424,7 +425,8 @@ class PostgresStore(SqlStore):
 
     async def close(self) -> None:
         await run_in(self._threads, self._pool.close)
-        self._threads.shutdown(wait=True)
+        # Waiting for the threads' last work blocks: in a thread, not on the loop.
+        await asyncio.to_thread(self._threads.shutdown, wait=True)
 
     async def ping(self) -> None:
         await run_in(self._threads, self._transact, READ_ONLY, PING_TIMEOUT, lambda tx: tx.one("SELECT 1"))

@@ -14,6 +14,7 @@ connection (WAL readers do not block the writer).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -127,8 +128,11 @@ class SqliteStore(SqlStore):
         await self._writer.submit(lambda tx: upgrade_schema(tx, MIGRATIONS))
 
     async def close(self) -> None:
-        self._writer.close()
-        self._reader_pool.shutdown(wait=True)
+        # Waiting for the writer's last batch and the readers' last reads blocks: in a thread, so
+        # the loop goes on serving (other tasks, the end of the drain) meanwhile.
+        self._writer.stop()
+        await asyncio.to_thread(self._writer.join)
+        await asyncio.to_thread(self._reader_pool.shutdown, wait=True)
         with self._connections_lock:
             for connection in self._connections:
                 connection.close()
