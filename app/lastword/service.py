@@ -35,7 +35,7 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
-from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcript
+from lastword.rules.transcript import Format, HistoryEvent, Transcript, transcript
 from lastword.store import forks
 from lastword.store.base import Store
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
@@ -477,11 +477,11 @@ class RunService:
             raise TurnNotFound(f"run {run_id!r} has no turn {turn}", runId=run_id, turn=turn)
         last = turn if turn is not None else run.turn
         # A fork's history starts with what it inherited (SPEC §12), then its own events.
-        items = [LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in await self._store.inherited_events(run_id)]
+        items = [HistoryEvent(e.run_id, e.seq, e.turn, e.body) for e in await self._store.inherited_events(run_id)]
         after = 0
         while True:
             page = await self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES)
-            items.extend(LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+            items.extend(HistoryEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
             if len(page) < HISTORY_PAGE or page[-1].turn > last:
                 break
             after = page[-1].seq
