@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.clock import ManualClock
 from tests.servers import threaded_server
 from tests.sse import open_stream
+from tests.polling import wait_until
 
 
 def samples(api: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -47,9 +48,11 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
 
         during = asyncio.run(with_subscriber())
         # The server hears the client leave a moment after the client closed: wait for it.
-        deadline = time.monotonic() + 10
-        while (after := samples(api))[("lastword_sse_subscribers", ())] != 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        def gone() -> dict[Any, float] | None:
+            found = samples(api)
+            return found if found[("lastword_sse_subscribers", ())] == 0 else None
+
+        after = wait_until(gone, "the subscriber gauge is back to 0")
 
     assert after[("lastword_events_ingested_total", (("type", "assistant/chunk"),))] == 2
     assert after[("lastword_events_ingested_total", (("type", "assistant/message"),))] == 1
