@@ -153,11 +153,12 @@ class SqliteStore(SqlStore):
     # costs the run's length, and ingest with eventIds slows down as the run grows.
     events_by_id = "events INDEXED BY events_by_event_id"
 
-    def __init__(self, url: str, *, durability: str = "normal", **kwargs: Any) -> None:
+    def __init__(self, url: str, *, durability: str = "normal", hold_commit_dir: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
-        self._writer = GroupWriter(self._connection)
+        self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
