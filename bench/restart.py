@@ -42,7 +42,7 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
     from lastword.fanout.hub import Hub
     from lastword.fanout.local import LocalFanout
     from lastword.metrics import Metrics
-    from lastword.schemas import RunCreate
+    from lastword.rules.records import NewRun
     from lastword.service import RunService
     from lastword.settings import Settings
 
@@ -61,7 +61,7 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
     try:
         for number, (run_id, kind, fate, count) in enumerate(plan):
             service = hour_ago if fate == "expired" else now
-            await service.create(RunCreate(runId=run_id, leaseSeconds=600 if fate == "expired" else 3600))
+            await service.create(NewRun(run_id=run_id, lease_seconds=600 if fate == "expired" else 3600))
             rule = ReferenceTurn()
             if kind == "deltas":
                 blocks = delta_blocks(count, seed=100 + number, block=1000)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 from tests.api_helpers import assert_problem, ingested, logged, serving, shared_api, shared_base_url
 from tests.builders import chunk, create_run, message
 from tests.conftest import BACKENDS
+from tests.polling import wait_until
 
 __all__ = ["shared_api", "shared_base_url"]  # fixtures, imported for pytest to find
 
@@ -35,15 +35,6 @@ TEXT = {"content-type": "text/plain; charset=utf-8"}
 
 def ndjson(*events: Any) -> bytes:
     return b"".join(orjson.dumps(event) + b"\n" for event in events)
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    """Poll ``check`` (a cheap read of the server) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.01)
 
 
 # -- JSON ---------------------------------------------------------------------------------

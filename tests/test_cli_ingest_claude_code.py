@@ -124,6 +124,19 @@ def test_a_subagent_is_a_child_run(shared_api: httpx.Client, mode: str) -> None:
         (f"{run_id}.{call}", "completed", [text("Hello from the subagent.")])]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_subagent_no_run_may_be_named_is_refused(shared_api: httpx.Client, mode: str) -> None:  # noqa: F811
+    """A subagent whose id makes no valid child run id is the line's fault: 422 naming it, no child."""
+    run_id = create_run(shared_api)
+    call = next(block["id"] for line in lines(mode, "subagent_foreground") if line["type"] == "assistant"
+                for block in line["message"]["content"] if block["type"] == "tool_use")
+    data = body(mode, "subagent_foreground").replace(call.encode(), b"no spaces allowed")
+    response = ingest(shared_api, run_id, data)
+    problem = assert_problem(response, 422, "invalid_provider_event")
+    assert isinstance(problem["index"], int)
+    assert shared_api.get(f"/v1/runs/{run_id}/children", params={"wait": 0}).json()["children"] == []
+
+
 def test_a_body_sent_again_stores_nothing_twice(shared_api: httpx.Client) -> None:  # noqa: F811
     run_id = create_run(shared_api)
     data = body("claude-code-partial", "subagent_foreground")

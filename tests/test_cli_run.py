@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.servers import ServerProcess
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 30.0
@@ -116,10 +117,8 @@ def messages(url: str, run_id: str) -> list[str]:
 
 
 def wait_for_messages(url: str, run_id: str, count: int) -> None:
-    deadline = time.monotonic() + WAIT
-    while len(messages(url, run_id)) < count:
-        assert time.monotonic() < deadline, f"{count} messages were not stored in time: {messages(url, run_id)}"
-        time.sleep(0.02)
+    wait_until(lambda: len(messages(url, run_id)) >= count,
+               lambda: f"{count} messages are stored (found {messages(url, run_id)})", within=WAIT, every=0.02)
 
 
 def test_prints_the_selected_output_and_exits_0(server: ServerProcess, child: list[str]) -> None:

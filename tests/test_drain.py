@@ -26,6 +26,7 @@ from lastword.client.core import LastwordClient, StreamMessage
 from tests.receiver import Answer, Received, Receiver
 from tests.servers import ServerProcess
 from tests.sse import ids, open_stream, payload, strictly_increasing
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,14 +38,6 @@ def serve(database_url: str, **env: str) -> ServerProcess:
     return ServerProcess({"LASTWORD_DATABASE_URL": database_url, "LASTWORD_KEEPALIVE_SECONDS": "1",
                           "LASTWORD_LEASE_SECONDS": "0", "LASTWORD_LOG_LEVEL": "info",
                           "LASTWORD_DRAIN_SECONDS": str(DRAIN_SECONDS), **env}, ROOT)
-
-
-def wait_until(condition: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within} s: {what}")
-        time.sleep(0.02)
 
 
 def gauge(url: str, name: str) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +25,7 @@ from lastword.store.tx import Tx
 
 from tests.api_helpers import assert_problem, chunk, create, logged, result, serving
 from tests.servers import ServerProcess
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 3
@@ -50,10 +50,7 @@ def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
 
 
 def wait_for(path: Path, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.01)
+    wait_until(path.exists, f"{path.name} appears", within=seconds)
 
 
 def chunk_ids(client: httpx.Client, run_id: str) -> list[str]:

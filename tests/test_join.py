@@ -16,6 +16,7 @@ from lastword.client.core import AsyncLastwordClient, LastwordClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import ServerProcess, threaded_app_server
+from tests.polling import wait_until
 
 #: How often a race is tried; each trial has an explicit order or signal, none a sleep.
 TRIALS = 200
@@ -147,10 +148,8 @@ def gauge(http: httpx.Client, name: str) -> float:
 
 def wait_for_parked(http: httpx.Client, count: int, within: float = 30.0) -> None:
     """Return once the server holds ``count`` long polls parked until a turn ends (its gauge; bounded)."""
-    deadline = time.monotonic() + within
-    while (found := gauge(http, "lastword_result_waiters")) != count:
-        assert time.monotonic() < deadline, f"{found} parked waiters, expected {count}"
-        threading.Event().wait(0.01)
+    wait_until(lambda: gauge(http, "lastword_result_waiters") == count,
+               lambda: f"{count} parked waiters (found {gauge(http, 'lastword_result_waiters')})", within=within)
 
 
 def test_an_end_committed_while_the_join_reads_is_heard(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,10 +298,8 @@ def test_a_parked_join_costs_the_server_at_most_twice_the_cpu(database_url: str,
                 http.get("/v1/runs/watched/children", params={"wait": 300}, timeout=330).json()))
             before = cpu_seconds()  # the join's own first read and its answer count too
             joining.start()
-            deadline = time.monotonic() + 30
-            while gauge(http, "lastword_result_waiters") < 1:  # it listens for the ends
-                assert time.monotonic() < deadline, "the join never parked"
-                threading.Event().wait(0.01)
+            # It listens for the ends.
+            wait_until(lambda: gauge(http, "lastword_result_waiters") >= 1, "the join is parked")
             with httpx.Client(base_url=server.url, timeout=60) as ender:
                 for child in watched:
                     ender.post(f"/v1/runs/{child}/end", json={"stopReason": "end_turn"}).raise_for_status()

@@ -18,6 +18,7 @@ from lastword.client.core import AsyncLastwordClient, LastwordClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import threaded_server
+from tests.polling import wait_until
 
 TRIALS = 200
 #: A failing poll waits this long on the wrong turn before it answers (only when the bug is back).
@@ -33,10 +34,7 @@ def waiters(api: httpx.Client) -> float:
 
 
 def until_waiters(api: httpx.Client, count: int, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while (found := waiters(api)) != count:
-        assert time.monotonic() < deadline, f"{found} parked polls, expected {count}"
-        time.sleep(0.01)
+    wait_until(lambda: waiters(api) == count, lambda: f"{count} parked polls (found {waiters(api)})", within=within)
 
 
 def _request(method: str, path: str, body: bytes = b"") -> bytes:

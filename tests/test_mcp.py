@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +19,7 @@ from mcp.client._transport import Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.servers import threaded_server
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -42,11 +42,7 @@ async def mcp_client(base_url: str, token: str | None = None) -> AsyncIterator[C
 def wait_for_parked_waiter(base_url: str) -> None:
     """Return once the server reports a long poll parked on a turn end (bounded)."""
     with httpx.Client(base_url=base_url) as http:
-        for _ in range(3000):
-            if "lastword_result_waiters 1.0" in http.get("/metrics").text:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the wait was never parked")
+        wait_until(lambda: "lastword_result_waiters 1.0" in http.get("/metrics").text, "the wait is parked")
 
 
 def text_of(result: Any) -> str:

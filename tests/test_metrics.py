@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.clock import ManualClock
 from tests.servers import threaded_server
 from tests.sse import open_stream
+from tests.polling import wait_until
 
 
 def samples(api: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -47,9 +48,11 @@ def test_metrics_count_what_happened(make_settings: Any) -> None:
 
         during = asyncio.run(with_subscriber())
         # The server hears the client leave a moment after the client closed: wait for it.
-        deadline = time.monotonic() + 10
-        while (after := samples(api))[("lastword_sse_subscribers", ())] != 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        def gone() -> dict[Any, float] | None:
+            found = samples(api)
+            return found if found[("lastword_sse_subscribers", ())] == 0 else None
+
+        after = wait_until(gone, "the subscriber gauge is back to 0")
 
     assert after[("lastword_events_ingested_total", (("type", "assistant/chunk"),))] == 2
     assert after[("lastword_events_ingested_total", (("type", "assistant/message"),))] == 1
@@ -111,3 +114,19 @@ def test_duplicates_are_not_counted_as_ingested(api: httpx.Client) -> None:
     assert grew("lastword_events_ingested_total", ("type", "assistant/chunk")) == 1
     assert grew("lastword_events_ingested_total", ("type", "assistant/message")) == 1
     assert grew("lastword_events_duplicate_total") == 3
+
+
+def test_the_outbox_age_is_reckoned_by_the_service_clock(make_settings: Any) -> None:
+    """The oldest pending delivery's age is counted on the clock the service runs by (the one
+    leases use), not the wall clock: a delivery pending since the clock read 1,000,000 is 120 s
+    old once that clock has moved on 120 s."""
+    clock = ManualClock(start=1_000_000.0)
+    settings = make_settings(webhook_allow_private=True, webhook_backoff_seconds=3600, webhook_max_attempts=1000)
+    with threaded_server(settings, clock) as url, httpx.Client(base_url=url) as api:
+        # Nothing listens on the discard port: the delivery stays pending, retried after an hour.
+        run_id = api.post("/v1/runs", json={"webhook": {"url": "http://127.0.0.1:9/hook"}}).json()["runId"]
+        api.post(f"/v1/runs/{run_id}/end", json={"stopReason": "end_turn"}).raise_for_status()
+        clock.advance(120)
+        found = samples(api)
+    assert found[("lastword_webhook_outbox_pending", ())] == 1
+    assert found[("lastword_webhook_outbox_oldest_seconds", ())] == 120

@@ -26,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from tests.builders import chunk, create_run_async, message, text
 from tests.servers import ServerProcess, free_port
 from tests.sse import Stream, ids, open_stream, payload, strictly_increasing
+from tests.polling import wait_until_async
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.anyio]
 
@@ -398,18 +399,16 @@ def through(proxy: CuttableProxy, database_url: str, name: str) -> str:
 
 
 async def wait_for_status(client: httpx.AsyncClient, path: str, status: int, within: float) -> None:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
+    last: list[Any] = [None]
+
+    async def answers() -> bool:
         try:
-            response = await client.get(path)
-            last = response.status_code
-            if last == status:
-                return
+            last[0] = (await client.get(path)).status_code
         except httpx.TransportError as error:
-            last = error
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{path} did not answer {status} within {within} s (last: {last})")
+            last[0] = error
+        return bool(last[0] == status)
+
+    await wait_until_async(answers, lambda: f"{path} answers {status} (last: {last[0]})", within=within, every=0.2)
 
 
 def assert_unavailable(response: httpx.Response) -> None:

@@ -23,7 +23,7 @@ from lastword.rules.transcript import (
     INTERRUPTED_TEXT,
     LEADING_USER_TEXT,
     SUBSTANTIVE_LOSS,
-    LoggedEvent,
+    HistoryEvent,
     transcript,
 )
 
@@ -33,15 +33,15 @@ Event = dict[str, Any]
 RUN = "run-1"
 
 
-def log(*turns: list[Event], run_id: str = RUN) -> list[LoggedEvent]:
+def log(*turns: list[Event], run_id: str = RUN) -> list[HistoryEvent]:
     """Events of consecutive turns, numbered as the service would (a lifecycle event first)."""
-    items: list[LoggedEvent] = []
+    items: list[HistoryEvent] = []
     seq = 0
     for number, events in enumerate(turns, start=1):
         seq += 1  # subagent/start
         for event in events:
             seq += 1
-            items.append(LoggedEvent(run_id, seq, number, event))
+            items.append(HistoryEvent(run_id, seq, number, event))
         seq += 1  # subagent/end
     return items
 
@@ -73,7 +73,7 @@ def chunk(value: str) -> Event:
     return {"type": "assistant/chunk", "delta": {"type": "text", "text": value}}
 
 
-def both(items: list[LoggedEvent]) -> dict[str, dict[str, Any]]:
+def both(items: list[HistoryEvent]) -> dict[str, dict[str, Any]]:
     """The transcript in each format, each checked against every invariant."""
     answers = {}
     for name, check in CHECKS.items():
@@ -612,7 +612,7 @@ def test_streamed_text_answers_open_calls_first() -> None:
 def test_turns_are_told_apart_by_run_and_turn() -> None:
     """Inherited events of a parent and a fork's own events, both turn 1, are separate turns."""
     items = log([user("q"), chunk("parent text")], run_id="parent") + [
-        LoggedEvent("fork", 10, 1, chunk("fork text"))]
+        HistoryEvent("fork", 10, 1, chunk("fork text"))]
     assert [m.get("content") for m in both(items)["openai"]["messages"]] == ["q", "parent text", "fork text"]
 
 
@@ -714,7 +714,7 @@ def events(draw: st.DrawFn) -> Event:
 histories = st.lists(st.lists(events(), max_size=8), min_size=0, max_size=4)
 
 
-def expected_units(items: list[LoggedEvent], answer: dict[str, Any]) -> list[Any]:
+def expected_units(items: list[HistoryEvent], answer: dict[str, Any]) -> list[Any]:
     """What must appear, in order, outside tool answers: every kept block of every kept message,
     and each streamed-text turn's text; checked independently of the module's passes."""
     dropped = {(e["runId"], e["seq"], e.get("block")) for e in answer["omitted"] if "part" not in e}

@@ -12,6 +12,7 @@ import pytest
 
 from tests.receiver import Answer, Received, Receiver
 from tests.servers import ServerProcess
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
 WAIT = 60.0
@@ -32,13 +33,16 @@ def start(database_url: str, **env: str) -> ServerProcess:
 
 def all_settled(url: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """Each run's one delivery, once none is pending (polled, bounded)."""
+    found: dict[str, Any] = {}
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        found.update({run_id: http.get(f"/v1/runs/{run_id}/deliveries").json()["deliveries"] for run_id in run_ids})
+        if all(len(ds) == 1 and ds[0]["state"] != "pending" for ds in found.values()):
+            return {run_id: ds[0] for run_id, ds in found.items()}
+        return None
+
     with httpx.Client(base_url=url, timeout=10) as http:
-        for _ in range(int(WAIT / 0.05)):
-            found = {run_id: http.get(f"/v1/runs/{run_id}/deliveries").json()["deliveries"] for run_id in run_ids}
-            if all(len(ds) == 1 and ds[0]["state"] != "pending" for ds in found.values()):
-                return {run_id: ds[0] for run_id, ds in found.items()}
-            threading.Event().wait(0.05)
-    raise AssertionError(f"deliveries still pending: {found}")
+        return wait_until(settled, lambda: f"no delivery pending (found {found})", within=WAIT, every=0.05)
 
 
 def test_kill_9_with_deliveries_pending_and_in_flight_loses_none(tmp_path: Path) -> None:

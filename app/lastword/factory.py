@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lastword.settings import Settings
@@ -10,6 +12,10 @@ from lastword.store.base import Store
 if TYPE_CHECKING:
     from lastword.fanout.hub import Hub
     from lastword.fanout.local import Fanout
+
+#: Test-only: a directory; while ``hold`` exists in it, the SQLite writer stops after writing a
+#: batch and before its ``COMMIT``, and says so by creating ``paused`` (tests/test_group_commit.py).
+HOLD_COMMIT_ENV = "LASTWORD_TEST_HOLD_COMMIT_DIR"
 
 
 def is_postgres_url(url: str) -> bool:
@@ -22,11 +28,15 @@ def open_store(settings: Settings) -> Store:
     if url.startswith("sqlite:"):
         from lastword.store.sqlite import SqliteStore
 
+        # Test-only (tests/test_group_commit.py): a directory through which a test holds the
+        # writer before a COMMIT. Read here, in the composition root; the store is handed it.
+        hold = os.environ.get(HOLD_COMMIT_ENV)
         return SqliteStore(
             url,
             durability=settings.durability,
             default_lease_seconds=settings.lease_seconds,
             fold_cache_bytes=settings.fold_cache_bytes,
+            hold_commit_dir=Path(hold) if hold else None,
         )
     if is_postgres_url(url):
         from lastword.store.postgres import PostgresStore

@@ -146,6 +146,15 @@ class _QuietRefusal(logging.Filter):
 _QUIET_REFUSAL = _QuietRefusal()
 
 
+async def _stop(jobs: list[asyncio.Task[None]]) -> None:
+    """Cancel the background jobs and wait for them to finish."""
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+
+
 def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
     """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
     timestamps and retention are reckoned by: tests pass one they advance themselves."""
@@ -161,49 +170,41 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             log.error("cannot start: %s", error.detail)
             logging.getLogger("uvicorn.error").addFilter(_QUIET_REFUSAL)
             raise StartupRefused(error.detail) from None
-        fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-        service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
-                             webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
-                             webhook_allow_private=settings.webhook_allow_private, clock=clock)
-        sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
-                               max_attempts=settings.webhook_max_attempts,
-                               timeout_seconds=settings.webhook_timeout_seconds,
-                               allow_private=settings.webhook_allow_private, clock=clock)
-        service.end_observers.append(sender.ended)
-        # Before the start, whose sweep may end turns: those are spans too.
-        spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
-                                lambda run_id, turn: _turn_record(service, run_id, turn))
-        if spans is not None:
-            service.end_observers.append(spans.ended)
-        try:
-            await service.start()
-        except BaseException:
-            await service.close()
-            raise
-        app.state.service = service
-        app.state.sender = sender  # the server's drain tells it, and waits for its attempts
-        sender.start()
-        # Named, so logs, debuggers and tests can tell the background jobs apart.
-        jobs = [asyncio.create_task(service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"),
-                                    name="lease sweep")]
-        if settings.retention_hours > 0:
-            hours = settings.retention_hours
-            jobs.append(asyncio.create_task(service.every(
-                settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention"),
-                name="retention"))
-        try:
-            yield
-        finally:
-            for job in jobs:
-                job.cancel()
-            for job in jobs:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job
-            await app.state.mcp.close()
+        # What is opened is closed in reverse order, at shutdown and equally when a later step
+        # of the start fails (a failed ``service.start`` must not leak the sender's client).
+        async with contextlib.AsyncExitStack() as opened:
+            fanout = open_fanout(store, Hub(settings.subscriber_buffer))
+            service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
+                                 webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
+                                 webhook_allow_private=settings.webhook_allow_private, clock=clock)
+            opened.push_async_callback(service.close)  # closes the fan-out and the store
+            sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
+                                   max_attempts=settings.webhook_max_attempts,
+                                   timeout_seconds=settings.webhook_timeout_seconds,
+                                   allow_private=settings.webhook_allow_private, clock=clock)
+            opened.push_async_callback(sender.close)
+            service.end_observers.append(sender.ended)
+            # Before the start, whose sweep may end turns: those are spans too.
+            spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
+                                    lambda run_id, turn: _turn_record(service, run_id, turn))
             if spans is not None:
-                await spans.close()
-            await sender.close()
-            await service.close()
+                service.end_observers.append(spans.ended)
+                opened.push_async_callback(spans.close)
+            opened.push_async_callback(app.state.mcp.close)
+            await service.start()
+            app.state.service = service
+            app.state.sender = sender  # the server's drain tells it, and waits for its attempts
+            sender.start()
+            # Named, so logs, debuggers and tests can tell the background jobs apart.
+            jobs = [asyncio.create_task(
+                service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"), name="lease sweep")]
+            if settings.retention_hours > 0:
+                hours = settings.retention_hours
+                jobs.append(asyncio.create_task(service.every(
+                    settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention"),
+                    name="retention"))
+            opened.push_async_callback(_stop, jobs)
+            yield
 
     app = FastAPI(
         title="lastword",
@@ -275,11 +276,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics(request: Request) -> Response:
         """Prometheus metrics."""
-        metrics = request.app.state.metrics
-        metrics.count_runs(await request.app.state.service.count_runs())
-        metrics.count_outbox(*await request.app.state.service.outbox_stats(), time.time())
-        metrics.result_waiters.set(request.app.state.service.result_waiters)
-        metrics.result_polls_waiting.set(request.app.state.service.result_polls_waiting)
+        metrics, service = request.app.state.metrics, request.app.state.service
+        metrics.count_runs(await service.count_runs())
+        # Ages on the clock the service runs by (injected in tests), as leases are.
+        metrics.count_outbox(*await service.outbox_stats(), service.clock())
+        metrics.result_waiters.set(service.result_waiters)
+        metrics.result_polls_waiting.set(service.result_polls_waiting)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lastword.rules.ids import RUN_ID_PATTERN
 from lastword.rules.limits import MAX_AGENT_LENGTH, MAX_EVENT_ID_LENGTH, MAX_LEASE_SECONDS
-from lastword.rules.records import RunMode, RunStatus
+from lastword.rules.records import NewRun, RunMode, RunStatus, WebhookTarget
 from lastword.rules.stop_reasons import ACCEPTED_INPUTS, ACCEPTED_PATTERN, StopReason, normalise_stop_reason
 
 
@@ -79,6 +79,16 @@ class RunCreate(_Strict):
     def _int_is_a_number(cls, value: Any) -> Any:
         # Strict mode refuses 30 for a float field; JSON has one number type.
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    def new_run(self) -> NewRun:
+        """The run as the service takes it."""
+        return NewRun(
+            run_id=self.runId, parent_run_id=self.parentRunId, agent=self.agent, mode=self.mode,
+            metadata=self.metadata, lease_seconds=self.leaseSeconds,
+            fork_of=None if self.forkOf is None else (self.forkOf.runId, self.forkOf.afterSeq),
+            join_continuations=None if self.selection is None else self.selection.joinContinuations,
+            webhook=None if self.webhook is None else WebhookTarget(url=self.webhook.url, secret=self.webhook.secret),
+        )
 
 
 class EndRequest(_Strict):

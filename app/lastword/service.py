@@ -26,6 +26,7 @@ from lastword.rules.records import (
     AppendOutcome,
     Delivery,
     EndOutcome,
+    NewRun,
     RunRecord,
     RunSpec,
     RunStatus,
@@ -35,8 +36,7 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
-from lastword.rules.transcript import Format, LoggedEvent, Transcript, transcript
-from lastword.schemas import RunCreate
+from lastword.rules.transcript import Format, HistoryEvent, Transcript, transcript
 from lastword.store import forks
 from lastword.store.base import Store
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
@@ -99,6 +99,27 @@ class ChildTurns:
     def newest_first(self) -> list[TurnRecord]:
         """The turns, newest child first (the order of ``GET /v1/runs``)."""
         return list(reversed(self._turns.values()))
+
+
+def canonical_request(request: NewRun, run_id: str) -> str:
+    """The create request as kept for the idempotency comparison: canonical JSON of the body in
+    its wire names (``run_id`` the one used), a webhook secret as its digest.
+
+    A field added after runs were stored is left out when not asked for, so a run made before
+    it existed compares equal to the same request made again.
+    """
+    body: dict[str, Any] = {
+        "runId": run_id, "parentRunId": request.parent_run_id, "agent": request.agent, "mode": request.mode,
+        "metadata": request.metadata, "leaseSeconds": request.lease_seconds,
+    }
+    if request.fork_of is not None:
+        body["forkOf"] = {"runId": request.fork_of[0], "afterSeq": request.fork_of[1]}
+    if request.join_continuations is not None:
+        body["selection"] = {"joinContinuations": request.join_continuations}
+    if request.webhook is not None:
+        secret = request.webhook.secret
+        body["webhook"] = {"url": request.webhook.url, "secret": None if secret is None else secret_digest(secret)}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
 
 
 class RunService:
@@ -247,38 +268,24 @@ class RunService:
 
     # -- writes ----------------------------------------------------------------------------
 
-    async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
-        body = request.model_dump()
-        for optional in ("forkOf", "selection"):
-            # Left out when not asked for, so runs made before they existed compare equal.
-            if body[optional] is None:
-                del body[optional]
-        run_id = request.runId or new_run_id(self.clock())
-        body["runId"] = run_id
-        if body.get("webhook") is None:
-            body.pop("webhook", None)  # runs made before webhooks existed compare equal
-        elif body["webhook"].get("secret") is not None:
-            # The secret is stored once, in the webhooks table; the spec keeps its digest.
-            body["webhook"]["secret"] = secret_digest(body["webhook"]["secret"])
-        target = None
-        if request.webhook is not None:
-            check_webhook(request.webhook.url, request.webhook.secret, self.webhook_hosts,
-                          allow_private=self.webhook_allow_private)
+    async def create(self, request: NewRun) -> tuple[RunRecord, bool]:
+        run_id = request.run_id or new_run_id(self.clock())
+        webhook = request.webhook
+        if webhook is not None:
+            check_webhook(webhook.url, webhook.secret, self.webhook_hosts, allow_private=self.webhook_allow_private)
             if not self.webhook_allow_private:
-                await check_resolved_webhook(request.webhook.url)
-            target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
-        fork = request.forkOf
+                await check_resolved_webhook(webhook.url)
         spec = RunSpec(
             run_id=run_id,
-            parent_run_id=request.parentRunId,
+            parent_run_id=request.parent_run_id,
             agent=request.agent,
             mode=request.mode,
             metadata=request.metadata,
-            lease_seconds=request.leaseSeconds,
-            canonical=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode(),
-            webhook=target,
-            fork_of=None if fork is None else (fork.runId, fork.afterSeq),
-            join_continuations=None if request.selection is None else request.selection.joinContinuations,
+            lease_seconds=request.lease_seconds,
+            canonical=canonical_request(request, run_id),
+            webhook=webhook,
+            fork_of=request.fork_of,
+            join_continuations=request.join_continuations,
         )
         run, created, stored = await self._store.create_run(spec, self.clock())
         self._published(stored)
@@ -494,13 +501,13 @@ class RunService:
         def read(call: Coroutine[Any, Any, list[StoredEvent]]) -> list[StoredEvent]:
             return asyncio.run_coroutine_threadsafe(call, loop).result()
 
-        def history() -> Iterator[LoggedEvent]:
+        def history() -> Iterator[HistoryEvent]:
             # A fork's history starts with what it inherited (SPEC §12), then its own events.
-            yield from (LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in read(self._store.inherited_events(run_id)))
+            yield from (HistoryEvent(e.run_id, e.seq, e.turn, e.body) for e in read(self._store.inherited_events(run_id)))
             after = 0
             while True:
                 page = read(self._store.events_after(run_id, after, HISTORY_PAGE, HISTORY_TYPES))
-                yield from (LoggedEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
+                yield from (HistoryEvent(e.run_id, e.seq, e.turn, e.body) for e in page if e.turn <= last)
                 if len(page) < HISTORY_PAGE or page[-1].turn > last:
                     return
                 after = page[-1].seq

@@ -23,7 +23,7 @@ from lastword.adapters.opencode import OpencodeAdapter
 ADAPTERS: dict[str, type[ProviderAdapter]] = {
     adapter.format: adapter for adapter in (AnthropicAdapter, OpenAIResponsesAdapter, ACPAdapter)
 }
-FORMATS = tuple(ADAPTERS)
+PROVIDER_FORMATS = tuple(ADAPTERS)
 #: Agent CLIs' standard output (SPEC §16), by ``{format}`` of the same endpoint.
 CLI_ADAPTERS: dict[str, type[CliAdapter]] = {adapter.format: adapter for adapter in (ClaudeCodeAdapter, CodexAdapter, OpencodeAdapter)}
 
@@ -44,4 +44,4 @@ def translate(
     return made, adapter.stop
 
 
-__all__ = ["ADAPTERS", "CLI_ADAPTERS", "FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]
+__all__ = ["ADAPTERS", "CLI_ADAPTERS", "PROVIDER_FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]

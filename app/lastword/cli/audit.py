@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from lastword.client.core import LastwordAPIError, LastwordClient
+from lastword.rules.transcript import TRANSCRIPT_FORMATS
 from lastword.schemas import Run, TranscriptPage
 
-FORMATS = ("anthropic", "openai")
 RUNS_PAGE = 200
 
 
@@ -63,7 +63,7 @@ def _counts(counter: Counter[str]) -> str:
 
 def report_lines(audits: list[RunAudit], since_hours: float) -> Iterator[str]:
     """The human report: one line per run (more for a run that needed repairs), then a total."""
-    totals: dict[str, FormatTally] = {name: FormatTally() for name in FORMATS}
+    totals: dict[str, FormatTally] = {name: FormatTally() for name in TRANSCRIPT_FORMATS}
     for audit in audits:
         agent = audit.agent or "-"
         if audit.clean:
@@ -94,8 +94,8 @@ def _created(run: Run) -> float:
 
 def _tallies(client: LastwordClient, run_id: str) -> dict[str, FormatTally] | None:
     """Each format's tally of the run's transcript; None for a run deleted since it was listed."""
-    formats = {}
-    for name in FORMATS:
+    formats: dict[str, FormatTally] = {}
+    for name in TRANSCRIPT_FORMATS:
         try:
             formats[name] = tally(client.messages(run_id, name))
         except LastwordAPIError as error:

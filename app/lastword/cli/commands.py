@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(handler=_audit)
 
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
-    from lastword.cli.run import FORMATS, FORMATS_BY_COMMAND
+    from lastword.cli.run import CLI_FORMATS, FORMATS_BY_COMMAND
 
     run = add_command(
         "run",
@@ -451,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="the run's id (default: a new one)")
     run.add_argument("--parent", metavar="ID", help="the parent run's id")
     run.add_argument("--agent", metavar="NAME", help="the agent's name (default: COMMAND's file name)")
-    run.add_argument("--format", choices=["auto", *FORMATS], default="auto",
+    run.add_argument("--format", choices=["auto", *CLI_FORMATS], default="auto",
                      help="COMMAND's output format; auto: by its name ("
                      + ", ".join(f"{name} is {fmt}" for name, fmt in FORMATS_BY_COMMAND.items()) + ")")
     run.add_argument("--json", action="store_true", help="print the whole SubagentResult as JSON")

@@ -51,7 +51,7 @@ from lastword.schemas import IngestResult, SubagentResult
 
 #: ``--format auto``: the format of a command, by its file name.
 FORMATS_BY_COMMAND = {"claude": "claude-code", "codex": "codex", "opencode": "opencode"}
-FORMATS = ("claude-code", "codex", "opencode")
+CLI_FORMATS = ("claude-code", "codex", "opencode")
 
 #: The exit status for each stop reason (SPEC §16).
 EXIT_BY_STOP_REASON = {

@@ -16,11 +16,12 @@ stores each id once: nothing is lost and nothing is stored twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 #: Seconds an event may wait for others to share its request.
 LINGER = 0.05
@@ -41,7 +42,77 @@ def text_chunk(text: str) -> dict[str, Any]:
     return {"type": "assistant/chunk", "delta": {"type": "text", "text": text}}
 
 
-class AsyncPusher:
+class AsyncPusherBase:
+    """What every asyncio pusher does alike: text as a chunk, ``close`` (flush, then stop the
+    sending task) and ``async with``. A pusher supplies ``push_events``, ``flush`` and ``_task``."""
+
+    _task: asyncio.Task[None]
+    _closed: bool
+
+    def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        raise NotImplementedError
+
+    async def flush(self) -> None:
+        raise NotImplementedError
+
+    def push_text(self, text: str) -> None:
+        """Queue a text delta (an ``assistant/chunk``)."""
+        self.push_events([text_chunk(text)])
+
+    async def close(self) -> None:
+        """Flush, then stop sending."""
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class ThreadPusherBase:
+    """What every threaded pusher (the synchronous client's) does alike: text as a chunk,
+    ``close`` (flush, then stop the sending thread) and ``with``. A pusher supplies
+    ``push_events``, ``flush``, ``_changed`` and ``_thread``."""
+
+    _changed: threading.Condition
+    _thread: threading.Thread
+    _closed: bool
+
+    def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def push_text(self, text: str) -> None:
+        """Queue a text delta (an ``assistant/chunk``)."""
+        self.push_events([text_chunk(text)])
+
+    def close(self) -> None:
+        """Flush, then stop sending."""
+        try:
+            self.flush()
+        finally:
+            with self._changed:
+                self._closed = True
+                self._changed.notify_all()
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPusher(AsyncPusherBase):
     """Deltas of one run, batched with a short linger (see the module's docstring)."""
 
     def __init__(self, send: Send, *, linger: float = LINGER, max_events: int = MAX_EVENTS) -> None:
@@ -57,10 +128,6 @@ class AsyncPusher:
         self._task = asyncio.get_running_loop().create_task(self._sender())
         #: Requests sent (each attempt of the client's retries is one request on the wire).
         self.batches = 0
-
-    def push_text(self, text: str) -> None:
-        """Queue a text delta (an ``assistant/chunk``)."""
-        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -78,24 +145,6 @@ class AsyncPusher:
             self._wake.set()
         await self._idle.wait()
         self._raise_failure()
-
-    async def close(self) -> None:
-        """Flush, then stop sending."""
-        try:
-            await self.flush()
-        finally:
-            self._closed = True
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def __aenter__(self) -> AsyncPusher:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def _raise_failure(self) -> None:
         if self._error is not None:
@@ -124,7 +173,7 @@ class AsyncPusher:
                 self._idle.set()
 
 
-class Pusher:
+class Pusher(ThreadPusherBase):
     """The same as :class:`AsyncPusher` for the synchronous client: a thread sends the batches."""
 
     def __init__(
@@ -142,10 +191,6 @@ class Pusher:
         self.batches = 0
         self._thread = threading.Thread(target=self._sender, name="lastword-pusher", daemon=True)
         self._thread.start()
-
-    def push_text(self, text: str) -> None:
-        """Queue a text delta (an ``assistant/chunk``)."""
-        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -165,22 +210,6 @@ class Pusher:
                 self._changed.wait()
             self._hurry = False
             self._raise_failure()
-
-    def close(self) -> None:
-        """Flush, then stop sending."""
-        try:
-            self.flush()
-        finally:
-            with self._changed:
-                self._closed = True
-                self._changed.notify_all()
-            self._thread.join()
-
-    def __enter__(self) -> Pusher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _raise_failure(self) -> None:
         if self._error is not None:

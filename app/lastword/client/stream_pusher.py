@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from lastword.client import retry
-from lastword.client.pusher import text_chunk, with_event_ids
+from lastword.client.pusher import AsyncPusherBase, ThreadPusherBase, with_event_ids
 
 #: Seconds without a push after which the open request is ended (and so acknowledged).
 IDLE = 5.0
@@ -96,7 +96,7 @@ class _Lines:
 AsyncSend = Callable[[AsyncIterator[bytes]], Awaitable[Any]]
 
 
-class AsyncStreamPusher:
+class AsyncStreamPusher(AsyncPusherBase):
     """Deltas of one run over one long-lived NDJSON request (see the module's docstring)."""
 
     def __init__(
@@ -116,10 +116,6 @@ class AsyncStreamPusher:
         #: Requests sent (a retried one counts again).
         self.requests = 0
 
-    def push_text(self, text: str) -> None:
-        """Queue a text delta (an ``assistant/chunk``); it is written at once."""
-        self.push_events([text_chunk(text)])
-
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
         self._raise_failure()
@@ -137,24 +133,6 @@ class AsyncStreamPusher:
             self._wake.set()
         await self._done.wait()
         self._raise_failure()
-
-    async def close(self) -> None:
-        """Flush, then stop sending."""
-        try:
-            await self.flush()
-        finally:
-            self._closed = True
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def __aenter__(self) -> AsyncStreamPusher:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def _raise_failure(self) -> None:
         if self._lines.error is not None:
@@ -203,7 +181,7 @@ class AsyncStreamPusher:
 Send = Callable[[Iterator[bytes]], Any]
 
 
-class StreamPusher:
+class StreamPusher(ThreadPusherBase):
     """The same as :class:`AsyncStreamPusher` for the synchronous client: a thread sends."""
 
     def __init__(
@@ -220,10 +198,6 @@ class StreamPusher:
         self.requests = 0
         self._thread = threading.Thread(target=self._sender, name="lastword-stream-pusher", daemon=True)
         self._thread.start()
-
-    def push_text(self, text: str) -> None:
-        """Queue a text delta (an ``assistant/chunk``); it is written at once."""
-        self.push_events([text_chunk(text)])
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -245,22 +219,6 @@ class StreamPusher:
             while not self._lines.idle and self._lines.error is None:
                 self._changed.wait()
             self._raise_failure()
-
-    def close(self) -> None:
-        """Flush, then stop sending."""
-        try:
-            self.flush()
-        finally:
-            with self._changed:
-                self._closed = True
-                self._changed.notify_all()
-            self._thread.join()
-
-    def __enter__(self) -> StreamPusher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _raise_failure(self) -> None:
         if self._lines.error is not None:

@@ -106,7 +106,7 @@ LimitQuery = Annotated[
 async def create_run(request: Request, response: Response) -> dict[str, Any]:
     """Create a run (idempotent by ``runId``); starts turn 1 and emits ``subagent/start``."""
     body = await read_model(request, RunCreate, settings_of(request).max_body_bytes, optional=True)
-    run, created = await service_of(request).create(body)
+    run, created = await service_of(request).create(body.new_run())
     response.status_code = 201 if created else 200
     return run_view(run)
 

@@ -14,6 +14,7 @@ A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -24,11 +25,14 @@ from lastword.adapters.framing import json_array, json_lines
 from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
 from lastword.http.ingest import body_pieces, media_type
 from lastword.http.provider_ingest import checked_events
-from lastword.schemas import RunCreate
+from lastword.rules.ids import RUN_ID_PATTERN
+from lastword.rules.limits import MAX_AGENT_LENGTH
+from lastword.rules.records import NewRun
 from lastword.service import RunService
 from lastword.settings import Settings
 
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 class _Answer:
@@ -113,7 +117,13 @@ class _Writer:
         if child is not None:
             target = f"{self.run_id}.{child}"
             if child not in self.children:
-                await self.service.create(RunCreate(runId=target, parentRunId=self.run_id, agent=agent))
+                # The CLI names the subagent; a name no run may have is the line's fault (422).
+                if not _RUN_ID.fullmatch(target) or (agent is not None and len(agent) > MAX_AGENT_LENGTH):
+                    index = stretch[0][0]
+                    raise InvalidProviderEvent(
+                        f"line {index}: its subagent makes no valid child run (id {target!r}, agent of "
+                        f"{len(agent or '')} characters)", index=index)
+                await self.service.create(NewRun(run_id=target, parent_run_id=self.run_id, agent=agent))
                 self.children.add(child)
         outcome = await self.service.append(target, events, encoded)
         self.answer.accepted += outcome.accepted

@@ -82,7 +82,7 @@ async def create(request: Request, run_id: str, security: dict[str, str]) -> Res
         run = await service.get_run(run_id)
         status = 200
     except NotFound:
-        run, created = await service.create(spec)
+        run, created = await service.create(spec.new_run())
         status = 201 if created else 200
         if created and events:
             encoded = await encode_events(events, request.app.state.settings.max_event_bytes)

@@ -174,7 +174,7 @@ class McpFace:
                 if value is not None:
                     body[key] = value
             try:
-                request = RunCreate.model_validate(body)
+                request = RunCreate.model_validate(body).new_run()
                 run, _ = await self._service().create(request)
             except ValidationError as error:
                 return _text_result(f"invalid arguments: {error.errors()[0]['msg']}", is_error=True)

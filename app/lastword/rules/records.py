@@ -17,6 +17,26 @@ RunMode = Literal["oneshot", "continuable"]
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
+class NewRun:
+    """A run a client asks to create, as the service takes it (every face converts its own input).
+
+    ``None`` is "not asked for": the service makes the id and the store applies the default
+    lease; ``join_continuations`` is ``None`` when no selection was sent at all, which the
+    idempotency comparison tells apart from an explicit ``False``.
+    """
+
+    run_id: str | None = None
+    parent_run_id: str | None = None
+    agent: str | None = None
+    mode: RunMode = "oneshot"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    lease_seconds: float | None = None
+    fork_of: tuple[str, int] | None = None  # (parent run id, afterSeq): SPEC §12 forks
+    join_continuations: bool | None = None  # SPEC §14 selection
+    webhook: WebhookTarget | None = None  # the secret as sent (the service stores its digest)
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
 class RunSpec:
     """What a client asked for when it created a run (kept to answer a repeated create)."""
 

@@ -55,7 +55,7 @@ class NewEvent:
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
-class TurnEnd:
+class EndedTurn:
     """How the open turn ended, with the output the fold selected."""
 
     turn: int
@@ -75,7 +75,7 @@ class Change:
     appended: list[Appended] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)  # lifecycle events to log, in seq order
     started: TurnRecord | None = None  # a turn that begins
-    ended: TurnEnd | None = None  # the turn that ends
+    ended: EndedTurn | None = None  # the turn that ends
 
     def then(self, later: Change) -> Change:
         """This change followed by ``later`` (computed from ``self.run``; it appends nothing)."""
@@ -320,7 +320,7 @@ def end_turn(
         run=_moved(run, last_seq=seq, status=status or status_after_turn(run.mode), lease_expires_at=None,
                    updated_at=now),
         events=[NewEvent(seq=seq, turn=run.turn, type=body["type"], body=body)],
-        ended=TurnEnd(turn=run.turn, ended_at=now, stop_reason=stop_reason, error=error, output=output,
+        ended=EndedTurn(turn=run.turn, ended_at=now, stop_reason=stop_reason, error=error, output=output,
                       usage=usage),
     )
 

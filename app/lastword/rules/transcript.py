@@ -46,7 +46,7 @@ from typing import Any, Literal
 from lastword.rules.fold import BOOKKEEPING_BLOCK_TYPES, TurnFold, is_visible_text
 
 Format = Literal["anthropic", "openai"]
-FORMATS: tuple[Format, ...] = ("anthropic", "openai")
+TRANSCRIPT_FORMATS: tuple[Format, ...] = ("anthropic", "openai")
 Block = dict[str, Any]
 
 #: The text of the result given to a tool call that the log never answered.
@@ -80,7 +80,7 @@ SUBSTANTIVE_LOSS = frozenset({
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedEvent:
+class HistoryEvent:
     """One event of a history: the run whose log holds it (a fork's parent, for inherited
     events), its ``seq`` and turn there, and the event as ingested."""
 
@@ -269,7 +269,7 @@ class _History:
     def side(self) -> _Side:
         return self.turns[-1][1] if self.turns else self.lead
 
-    def omit(self, item: LoggedEvent, reason: str, block: int | None = None, **extra: Any) -> None:
+    def omit(self, item: HistoryEvent, reason: str, block: int | None = None, **extra: Any) -> None:
         entry: dict[str, Any] = {"runId": item.run_id, "seq": item.seq}
         if block is not None:
             entry["block"] = block
@@ -292,7 +292,7 @@ class _History:
 
     # -- events ----------------------------------------------------------------------------
 
-    def assistant_message(self, item: LoggedEvent) -> None:
+    def assistant_message(self, item: HistoryEvent) -> None:
         content = item.event["message"]["content"]  # validated at ingest: a list of blocks
         kept: list[Block] = []
         ids_here: set[str] = set()
@@ -324,7 +324,7 @@ class _History:
         return {**call, "id": call_id}
 
     def tool_answer(
-        self, item: LoggedEvent, call_id: Any, content: Any, is_error: Any, block: int | None = None
+        self, item: HistoryEvent, call_id: Any, content: Any, is_error: Any, block: int | None = None
     ) -> None:
         call_id = safe_call_id(call_id)  # validated at ingest: a string; now the id its call was given
         if call_id not in self.calls_seen:
@@ -354,7 +354,7 @@ class _History:
             answer.repair = "empty_tool_result"
         self.side.answers.append(answer)
 
-    def user_message(self, item: LoggedEvent) -> None:
+    def user_message(self, item: HistoryEvent) -> None:
         content = item.event["message"]["content"]  # validated at ingest: a string or a list of blocks
         if isinstance(content, str):
             if is_visible_text(content):
@@ -385,7 +385,7 @@ class _History:
         self.add_assistant([{"type": "text", "text": text}])
 
 
-def _neutral(items: Iterable[LoggedEvent], rules: _Rules) -> _History:
+def _neutral(items: Iterable[HistoryEvent], rules: _Rules) -> _History:
     history = _History(rules)
     # A turn is told apart by run and number: a fork's inherited turns and its own differ.
     for _, turn in groupby(items, key=lambda item: (item.run_id, item.turn)):
@@ -501,7 +501,7 @@ def _openai_messages(history: _History) -> tuple[list[dict[str, Any]], list[dict
 ASSEMBLERS = {"anthropic": _anthropic_messages, "openai": _openai_messages}
 
 
-def transcript(items: Iterable[LoggedEvent], format: Format) -> Transcript:
+def transcript(items: Iterable[HistoryEvent], format: Format) -> Transcript:
     """The provider-safe transcript of a history (events in ``seq`` order, read once, as they come) in ``format``."""
     history = _neutral(items, RULES[format])
     messages, inserted = ASSEMBLERS[format](history)

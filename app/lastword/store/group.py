@@ -26,7 +26,6 @@ on the same turn finds the lock already held by its batch (:class:`~lastword.sto
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import sqlite3
 import threading
@@ -44,11 +43,6 @@ T = TypeVar("T")
 
 #: Most writes one transaction takes; past it the rest wait for the next commit.
 MAX_BATCH = 512
-
-#: Test-only: a directory; while ``hold`` exists in it, the writer stops after writing a batch
-#: and before its ``COMMIT``, and says so by creating ``paused`` (tests/test_group_commit.py).
-HOLD_COMMIT_ENV = "LASTWORD_TEST_HOLD_COMMIT_DIR"
-
 
 @dataclass
 class Job:
@@ -73,14 +67,16 @@ def _settle(jobs: list[Job]) -> None:
 class GroupWriter:
     """The one writer thread of a SQLite store."""
 
-    def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer") -> None:
+    def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer",
+                 *, hold_commit_dir: Path | None = None) -> None:
+        """``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
+        writing a batch and before its ``COMMIT``, and says so by creating ``paused`` there."""
         self._connection = connection
         self._queue: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
         # Writes submitted in the current turn of each event loop, not yet handed over; only
         # that loop's thread touches its entry.
         self._pending: dict[asyncio.AbstractEventLoop, list[Job]] = {}
-        hold_dir = os.environ.get(HOLD_COMMIT_ENV)
-        self._hold_dir = Path(hold_dir) if hold_dir else None
+        self._hold_dir = hold_commit_dir
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 

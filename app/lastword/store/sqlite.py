@@ -70,11 +70,12 @@ def sqlite_path(url: str) -> str:
 
 
 class SqliteStore(SqlStore):
-    def __init__(self, url: str, *, durability: str = "normal", **kwargs: Any) -> None:
+    def __init__(self, url: str, *, durability: str = "normal", hold_commit_dir: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(SqliteDialect(), **kwargs)
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
-        self._writer = GroupWriter(self._connection)
+        self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []

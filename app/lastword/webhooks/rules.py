@@ -27,7 +27,7 @@ import binascii
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -42,8 +42,6 @@ from lastword.webhooks.addresses import (
     literal_refusal,
     resolve,
 )
-
-DeliveryState = Literal["pending", "delivered", "failed"]
 
 #: The most characters of a receiver's answer kept with an attempt (the rest is never read).
 RESPONSE_EXCERPT = 200
