@@ -254,11 +254,12 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
     pending = b""
     try:
         async for piece in body_pieces(request, limit):
-            lines = (pending + piece).split(b"\n")
+            text = pending + piece
+            lines = text.split(b"\n")
             pending = lines.pop()
-            await _apply_lines(lines, position, append, progress)
+            await _apply_lines(lines, position, append, progress, exact=not json_input.may_hold_inexact(text))
         if pending:
-            await _apply_lines([pending], position, append, progress)
+            await _apply_lines([pending], position, append, progress, exact=not json_input.may_hold_inexact(pending))
     except ClientDisconnect:
         # What arrived before the break is stored; the producer retries with its eventIds.
         pass
@@ -276,12 +277,15 @@ async def ingest_ndjson(request: Request, limit: int, append: Append) -> dict[st
 NDJSON_GROUP = 500
 
 
-async def _apply_lines(lines: list[bytes], position: _Position, append: Append, progress: Progress) -> None:
+async def _apply_lines(lines: list[bytes], position: _Position, append: Append, progress: Progress, *,
+                       exact: bool) -> None:
     """Store the complete lines of one body piece, in groups of at most :data:`NDJSON_GROUP`.
 
     The body is applied line by line: at the first bad line (not JSON, not a valid event, or
     refused by the store) the lines before it are stored and the problem names the line, by
-    event ``index`` and by ``line`` number.
+    event ``index`` and by ``line`` number. ``exact``: the piece has no run of 19 digits, so no
+    line can hold an inexact integer and none is searched for one (one search of the piece
+    costs far less than a call per line).
     """
     events: list[dict[str, Any]] = []
     line_numbers: list[int] = []
@@ -293,7 +297,8 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             continue
         try:
             event = orjson.loads(line)
-            json_input.refuse_inexact(line, index=position.index)
+            if not exact:
+                json_input.refuse_inexact(line, index=position.index)
             validate_events([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
             failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
