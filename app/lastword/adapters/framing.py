@@ -30,7 +30,7 @@ import orjson
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, MalformedJson
-from lastword.rules.exact_ints import check_exact
+from lastword.rules.exact_ints import check_exact, may_hold_inexact
 
 #: Content types → body framing.
 FRAMINGS = {
@@ -48,14 +48,16 @@ def provider_event(value: Any, index: int) -> dict[str, Any]:
     return value
 
 
-def loads(raw: bytes | str, index: int, noun: str = "event") -> Any:
+def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = False) -> Any:
     """One JSON value of a body, held to the exact-integer rule of ``/events`` (422
-    ``number_out_of_range``); 400 naming the ``noun`` and its index when it is not JSON."""
+    ``number_out_of_range``); 400 naming the ``noun`` and its index when it is not JSON.
+    ``exact``: the caller found no run of 19 digits in text holding ``raw`` (nothing to check)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise MalformedJson(f"{noun} {index} is not valid JSON: {error}", index=index) from None
-    check_exact(raw, first_index=index)
+    if not exact:
+        check_exact(raw, first_index=index)
     return value
 
 
@@ -66,13 +68,15 @@ async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> Async
     index = 0
     pending = b""
     async for piece in pieces:
-        lines = (pending + piece).split(b"\n")
+        text = pending + piece
+        lines = text.split(b"\n")
         pending = lines.pop()
+        exact = not may_hold_inexact(text)  # one search of the piece, not one call per line
         batch = []
         for line in lines:
             if line.strip():
                 try:
-                    batch.append((index, loads(line, index, noun)))
+                    batch.append((index, loads(line, index, noun, exact=exact)))
                 except LastwordError:
                     if batch:
                         yield batch
