@@ -225,8 +225,15 @@ class Row:
     key: str
     label: str
     unit: str
-    old: list[float]
-    new: list[float]
+    by_round: dict[str, dict[int, float]] = field(default_factory=lambda: {"old": {}, "new": {}})
+
+    @property
+    def old(self) -> list[float]:
+        return list(self.by_round["old"].values())
+
+    @property
+    def new(self) -> list[float]:
+        return list(self.by_round["new"].values())
 
     @property
     def ratio(self) -> float:
@@ -235,7 +242,9 @@ class Row:
 
     @property
     def round_ratios(self) -> list[float]:
-        return [n / o for o, n in zip(self.old, self.new, strict=False) if o]
+        """Round i's NEW over round i's OLD, for the rounds where both sides have the figure."""
+        old, new = self.by_round["old"], self.by_round["new"]
+        return [new[i] / old[i] for i in sorted(old.keys() & new.keys()) if old[i]]
 
     @property
     def better(self) -> str:
@@ -248,10 +257,10 @@ class Row:
 def compare(old: Side, new: Side) -> list[Row]:
     rows: dict[tuple[str, str], Row] = {}
     for side in (old, new):
-        for body in side.runs:
+        for round_number, body in enumerate(side.runs):
             for key, (label, value, unit) in figures(body).items():
-                row = rows.setdefault(key, Row(key[0], key[1], label, unit, [], []))
-                (row.old if side is old else row.new).append(value)
+                row = rows.setdefault(key, Row(key[0], key[1], label, unit))
+                row.by_round[side.name][round_number] = value
     return [row for row in rows.values() if row.old and row.new]
 
 
