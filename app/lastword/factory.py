@@ -45,4 +45,5 @@ def open_fanout(store: Store, hub: Hub) -> Fanout:
 
     if isinstance(store, PostgresStore):
         return NoticeFanout(hub, store, store.url, store.channel)
+    store.chunk_listeners = hub.has_run_subscribers
     return LocalFanout(hub)

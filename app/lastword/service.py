@@ -286,6 +286,9 @@ class RunService:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
+        if outcome.chunks_left_out:
+            # Nobody streamed the run when it was written; whoever subscribed since reads the log.
+            self._hub.resync_run(run_id)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

@@ -8,7 +8,7 @@ gap-free in commit order and a turn ends exactly once, whichever replica asks.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from lastword.rules.records import (
@@ -30,6 +30,12 @@ __all__ = ["AppendOutcome", "EndOutcome", "RunRecord", "RunSpec", "Store", "Stor
 
 class Store(abc.ABC):
     """The operations the service needs; each is atomic and durable when it returns."""
+
+    #: Whether run ``run_id`` has a live subscriber now, asked by an append in its transaction
+    #: (a store that hands chunks to the fan-out sets it: :func:`lastword.factory.open_fanout`).
+    #: When it has none, the append leaves its chunks out of the outcome (``chunks_left_out``)
+    #: and the service sends a subscriber that registered meanwhile to the log.
+    chunk_listeners: Callable[[str], bool]
 
     @abc.abstractmethod
     async def open(self) -> None: ...

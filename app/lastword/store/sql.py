@@ -53,6 +53,11 @@ def _shift_index(error: LastwordError, offset: int) -> None:
         error.detail = error.detail.replace(f"event {index}", f"event {index + offset}", 1)
 
 
+def _anyone_may_listen(run_id: str) -> bool:
+    """Until told who listens, every append hands its chunks to the fan-out."""
+    return True
+
+
 class SqlStore(Store):
     """The operations over SQL; subclasses bring connections, schema, transactions and dialect."""
 
@@ -65,6 +70,7 @@ class SqlStore(Store):
     def __init__(self, *, default_lease_seconds: float, fold_cache_size: int = 50_000) -> None:
         self.default_lease_seconds = default_lease_seconds
         self.folds = FoldCache(fold_cache_size)
+        self.chunk_listeners = _anyone_may_listen
 
     # -- what a backend provides ---------------------------------------------------------
 
@@ -103,10 +109,12 @@ class SqlStore(Store):
     # -- writes ----------------------------------------------------------------------------
 
     def _persist(
-        self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False
+        self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False,
+        live_chunks: bool = True,
     ) -> list[StoredEvent]:
         stored = writes.persist(
-            tx, self, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored
+            tx, self, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored,
+            live_chunks=live_chunks,
         )
         if change.ended is not None:
             self.folds.forget(before.run_id, change.ended.turn)
@@ -150,11 +158,17 @@ class SqlStore(Store):
         logged = runstate.numbered(run, fresh, encoded)
         self.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
         change = runstate.append(run, fold, fresh, now, logged=logged)
-        stored = self._persist(tx, run, change, now, appended_stored=True)
+        # A chunk event for each delta nobody streams was a twentieth of a batch's CPU: made
+        # only when the run has a subscriber now (one that comes before the commit is sent to
+        # the log by the service: chunks_left_out).
+        live_chunks = not self.returns_chunks or self.chunk_listeners(run_id)
+        stored = self._persist(tx, run, change, now, appended_stored=True, live_chunks=live_chunks)
+        accepted_types = dict(Counter(event["type"] for _, event in fresh))
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
-            accepted_types=dict(Counter(event["type"] for _, event in fresh)),
+            accepted_types=accepted_types,
+            chunks_left_out=not live_chunks and "assistant/chunk" in accepted_types,
         )
 
     async def append_batches(
@@ -184,6 +198,7 @@ class SqlStore(Store):
             total.last_seq = outcome.last_seq
             total.ended = outcome.ended or total.ended
             total.stored.extend(outcome.stored)
+            total.chunks_left_out = total.chunks_left_out or outcome.chunks_left_out
             if not total.chunks_left_out and sum(e.type == "assistant/chunk" for e in total.stored) > LIVE_CHUNKS:
                 total.chunks_left_out = True
             if total.chunks_left_out:
