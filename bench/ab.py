@@ -318,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_average": {"start": load_before, "end": load_after},
         "sides": {side.name: {"revision": side.revision, "commit": side.commit, "python": side.why,
+                              "worktree": str(side.tree),
                               "failures": side.failures,
                               "series": [{letter: result.get("series", {}) for letter, result in
                                           body.get("scenarios", {}).items()} for body in side.runs]}

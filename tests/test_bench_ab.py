@@ -71,4 +71,5 @@ def test_the_two_sides_run_their_own_commits(tmp_path: Path) -> None:
     (row,) = [row for row in summary["rows"] if row["key"] == "healthz"]
     assert len(row["old"]) == len(row["new"]) == 1
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True).stdout
-    assert "lastword-ab-" not in worktrees  # both checkouts removed
+    for side in sides.values():  # both checkouts removed (another bench.ab may have its own)
+        assert side["worktree"] not in worktrees and not Path(side["worktree"]).exists()
