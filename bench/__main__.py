@@ -39,6 +39,7 @@ SCENARIOS = {
     "l": "bench.run_latency",
     "r": "bench.rollout",
     "w": "bench.webhooks",
+    "z": "bench.noop",
 }
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true",
                         help="attach py-spy to the server during the timed parts (bench/results/profiles/)")
     parser.add_argument("--name", help="results file name (default: latest, quick or partial)")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="directory for the results files (default: bench/results)")
+    parser.add_argument("--no-chart", action="store_true", help="write no chart (python -m bench.ab's runs)")
     return parser
 
 
@@ -102,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         try:
             result: Result = module.run(ctx)
-        except Skip as reason:
-            print(f"  skipped: {reason}")
-            skipped[letter] = str(reason)
+        except Skip as skip:
+            print(f"  skipped: {skip}")
+            skipped[letter] = str(skip)
             continue
         except Exception:  # one broken scenario must not cost the others' figures
             traceback.print_exc()
@@ -119,16 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + table(results))
     for letter, reason in skipped.items():
         print(f"{letter}  skipped: {reason}")
-    json_path = RESULTS / f"{name}.json"
+    json_path = args.results / f"{name}.json"
     write_json(json_path, header, results)
     print(f"\nwrote {json_path.relative_to(Path.cwd()) if json_path.is_relative_to(Path.cwd()) else json_path}")
-    try:
-        from bench.chart import draw
+    if not args.no_chart:
+        try:
+            from bench.chart import draw
 
-        png = draw(results, RESULTS / f"{name}.png", header)
-        print(f"wrote {png.relative_to(Path.cwd()) if png.is_relative_to(Path.cwd()) else png}")
-    except ImportError as error:
-        print(f"no chart: {error} (pip install -e '.[bench]')")
+            png = draw(results, args.results / f"{name}.png", header)
+            print(f"wrote {png.relative_to(Path.cwd()) if png.is_relative_to(Path.cwd()) else png}")
+        except ImportError as error:
+            print(f"no chart: {error} (pip install -e '.[bench]')")
     print(f"total {header['seconds']} s")
     return 1 if any(reason.startswith("failed") for reason in skipped.values()) else 0
 

@@ -65,9 +65,9 @@ async def _via_run(server: Server, count: int) -> list[float]:
         child = Path(tmp) / "child.py"
         child.write_text(CHILD)
         process = subprocess.Popen(
-            [sys.executable, "-m", "lastword.cli", "run", "--url", server.url, "--run-id", run_id,
+            [*server.code.cli, "run", "--url", server.url, "--run-id", run_id,
              "--format", "claude-code", "--", sys.executable, str(child)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env={**os.environ})
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=server.code.env(dict(os.environ)))
         assert process.stdin is not None
         async with httpx.AsyncClient() as client:  # lastword run creates the run; the child waits for stdin
             for _ in range(600):

@@ -1,5 +1,7 @@
 """Real lastword servers for the benchmarks: ``python -m lastword.cli serve`` on loopback.
 
+The code served is this tree's, or the checkout ``python -m bench.ab`` names (:func:`code_under_test`).
+
 Each server is its own process (uvicorn, one worker, as the README runs it) with a temporary
 SQLite file, or the PostgreSQL URL it is given. Its resident memory is read from
 ``/proc/PID/status``, and a profiler (py-spy) can be attached to it for the timed part of a
@@ -18,11 +20,47 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: ``python -m bench.ab`` points these at another checkout (and the interpreter that has its
+#: dependencies), so that this tree's scenarios measure that tree's server.
+TREE_VARIABLE = "LASTWORD_BENCH_TREE"
+PYTHON_VARIABLE = "LASTWORD_BENCH_PYTHON"
+
+
+@dataclass(frozen=True)
+class Code:
+    """The lastword code a scenario measures: which checkout, which interpreter, which module."""
+
+    tree: Path
+    python: str
+
+    @property
+    def package(self) -> str:
+        """``lastword`` (under ``app/``) since issue 23; ``app`` before it."""
+        return "lastword" if (self.tree / "app" / "lastword").is_dir() else "app"
+
+    @property
+    def cli(self) -> list[str]:
+        """The command that runs the command line (``serve``, ``run`` …) of this code."""
+        return [self.python, "-m", f"{self.package}.cli"]
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with this checkout's package first on the import path."""
+        path = self.tree / "app" if self.package == "lastword" else self.tree
+        rest = [part for part in base.get("PYTHONPATH", "").split(os.pathsep) if part]
+        return {**base, "PYTHONPATH": os.pathsep.join([str(path), *rest])}
+
+
+def code_under_test() -> Code:
+    """This tree and interpreter, unless ``LASTWORD_BENCH_TREE``/``_PYTHON`` name others."""
+    tree = os.environ.get(TREE_VARIABLE)
+    return Code(Path(tree).resolve() if tree else ROOT, os.environ.get(PYTHON_VARIABLE) or sys.executable)
 
 
 def free_port() -> int:
@@ -57,8 +95,9 @@ class Server:
         self.database_url = database_url or f"sqlite:///{self.workdir / 'bench.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.code = code_under_test()
         self.env = {
-            **os.environ,
+            **self.code.env(dict(os.environ)),
             "LASTWORD_DATABASE_URL": self.database_url,
             "LASTWORD_DURABILITY": durability,
             "LASTWORD_HOST": "127.0.0.1",
@@ -82,7 +121,7 @@ class Server:
         import psutil
 
         for child in psutil.Process(self.process.pid).children(recursive=True):
-            if "lastword.cli" in child.cmdline():
+            if f"{self.code.package}.cli" in child.cmdline():
                 return int(child.pid)
         raise RuntimeError("the server process is not running under its launcher")
 
@@ -91,8 +130,8 @@ class Server:
         self.started_at = time.perf_counter()
         with open(self._log, "ab") as log:
             self.process = subprocess.Popen(
-                [*self.launcher, sys.executable, "-m", "lastword.cli", "serve"],
-                env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                [*self.launcher, *self.code.cli, "serve"],
+                env=self.env, cwd=self.code.tree, stdout=subprocess.DEVNULL, stderr=log,
             )
         deadline = self.started_at + timeout
         with httpx.Client(timeout=2.0) as client:

@@ -67,6 +67,30 @@ def test_only_a_run_of_19_digits_may_hold_one() -> None:
     assert first_inexact("12345678901234567890123", items=False) == (0, "")
 
 
+def naive_has_run(text: str) -> bool:
+    """A second reading of the pre-check: 19 ASCII digits in a row, counted one character at a time."""
+    run = 0
+    for char in text:
+        run = run + 1 if char in "0123456789" else 0
+        if run == 19:
+            return True
+    return False
+
+
+# ASCII digits, other scripts' digits (not JSON's), other characters and a lone surrogate.
+digit_heavy = st.text(st.sampled_from("0123456789" * 8 + "٣３𝟗x -\"\ud800é"), max_size=60)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=digit_heavy)
+def test_the_pre_check_finds_exactly_the_runs_of_19_ascii_digits(text: str) -> None:
+    """For any text, as str and (when it is UTF-8) as bytes: a run of 19 ASCII digits, and only that."""
+    expected = naive_has_run(text)
+    assert may_hold_inexact(text) is expected
+    if "\ud800" not in text:
+        assert may_hold_inexact(text.encode()) is expected
+
+
 def test_check_exact_names_the_event_and_the_field() -> None:
     """The refusal names the event's index (counted from first_index) and the field's path."""
     with pytest.raises(NumberOutOfRange) as error:

@@ -53,7 +53,10 @@ def open_fanout(store: Store, hub: Hub) -> Fanout:
     """
     from lastword.fanout.local import LocalFanout, NoticeFanout
     from lastword.store.postgres import PostgresStore
+    from lastword.store.sql import SqlStore
 
     if isinstance(store, PostgresStore):
         return NoticeFanout(hub, store, store.url, store.channel)
+    if isinstance(store, SqlStore):
+        store.chunk_listeners = hub.has_run_subscribers
     return LocalFanout(hub)

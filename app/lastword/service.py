@@ -298,7 +298,7 @@ class RunService:
     ) -> AppendOutcome:
         started = time.perf_counter()
         outcome = await self._store.append(run_id, events, self.clock(), encoded)
-        self._appended(outcome, started)
+        self._appended(run_id, outcome, started)
         return outcome
 
     async def append_as_producer(
@@ -308,11 +308,14 @@ class RunService:
         its epoch fences a restarted child's zombie writer. Also the producer's ``(epoch, seq)``."""
         started = time.perf_counter()
         outcome, echo = await self._store.append_as_producer(run_id, events, self.clock(), encoded, producer)
-        self._appended(outcome, started)
+        self._appended(run_id, outcome, started)
         return outcome, echo
 
-    def _appended(self, outcome: AppendOutcome, started: float) -> None:
+    def _appended(self, run_id: str, outcome: AppendOutcome, started: float) -> None:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
+        if outcome.chunks_left_out:
+            # Nobody streamed the run when it was written; whoever subscribed since reads the log.
+            self._hub.resync_run(run_id)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

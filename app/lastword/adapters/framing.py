@@ -30,7 +30,7 @@ import orjson
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, MalformedJson
-from lastword.rules.exact_ints import check_exact
+from lastword.rules.exact_ints import check_exact, may_hold_inexact
 
 #: Content types → body framing.
 FRAMINGS = {
@@ -48,29 +48,36 @@ def provider_event(value: Any, index: int) -> dict[str, Any]:
     return value
 
 
-def loads(raw: bytes | str, index: int, noun: str = "event") -> Any:
+def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = False) -> Any:
     """One JSON value of a body, held to the exact-integer rule of ``/events`` (422
-    ``number_out_of_range``); 400 naming the ``noun`` and its index when it is not JSON."""
+    ``number_out_of_range``); 400 naming the ``noun`` and its index when it is not JSON.
+    ``exact``: the caller found no run of 19 digits in text holding ``raw`` (nothing to check)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise MalformedJson(f"{noun} {index} is not valid JSON: {error}", index=index) from None
-    check_exact(raw, first_index=index)
+    if not exact:
+        check_exact(raw, first_index=index)
     return value
 
 
-async def body_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+async def body_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[tuple[list[bytes], bool]]:
     """The lines (as bytes, blank ones included) that each body piece completes, so an NDJSON
     reader handles a line split across pieces once; a last line without its newline comes at
-    the end. The one NDJSON splitter: ``/events`` and the CLI and provider ingests read it."""
+    the end. The one NDJSON splitter: ``/events`` and the CLI and provider ingests read it.
+
+    Each list comes with ``exact``: no run of 19 digits in the text it was cut from, so none of
+    its lines has an integer for the exact-integer rule to check (one search of the piece, not
+    one call per line)."""
     pending = b""
     async for piece in pieces:
-        lines = (pending + piece).split(b"\n")
+        text = pending + piece
+        lines = text.split(b"\n")
         pending = lines.pop()
         if lines:
-            yield lines
+            yield lines, not may_hold_inexact(text)
     if pending:
-        yield [pending]
+        yield [pending], not may_hold_inexact(pending)
 
 
 async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> AsyncIterator[list[tuple[int, Any]]]:
@@ -78,12 +85,12 @@ async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> Async
     lines skipped). A line that is not JSON raises after the lines before it were handed on,
     so a reader that stores as it reads keeps them."""
     index = 0
-    async for lines in body_lines(pieces):
+    async for lines, exact in body_lines(pieces):
         batch = []
         for line in lines:
             if line.strip():
                 try:
-                    batch.append((index, loads(line, index, noun)))
+                    batch.append((index, loads(line, index, noun, exact=exact)))
                 except LastwordError:
                     if batch:
                         yield batch

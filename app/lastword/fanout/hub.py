@@ -202,6 +202,11 @@ class Hub:
         #: Long polls parked now, waiting for a turn end (they have read their turn: not ended).
         self.parked_waiters = 0
 
+    def has_run_subscribers(self, run_id: str) -> bool:
+        """Whether a stream of this run is open here (asked from the store's writer thread too:
+        one dictionary read, atomic under the GIL)."""
+        return bool(self._runs.get(run_id))
+
     def watches(self, run_id: str) -> bool:
         """Whether anyone here waits on this run (so a remote notice is worth a read)."""
         return bool(self._runs.get(run_id) or self._turn_ends.get(run_id))

@@ -25,7 +25,7 @@ from lastword.errors import MalformedJson
 from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT, check_exact, may_hold_inexact
 
 __all__ = ["MAX_EXACT_INT", "MIN_EXACT_INT", "SLICE_BYTES", "WHOLE_BYTES", "array_slices", "check_exact", "loads",
-           "loads_events", "malformed", "parse_slice", "refuse_inexact"]
+           "loads_events", "malformed", "may_hold_inexact", "parse_slice", "refuse_inexact"]
 
 #: About this many bytes of a JSON array are parsed (and validated) at a time: a few
 #: milliseconds of work each (scanning, parsing, validating), then the event loop runs.

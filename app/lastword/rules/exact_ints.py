@@ -16,7 +16,6 @@ when it is stored (nothing deeper than 250 levels can be written back).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from lastword.errors import NumberOutOfRange, TooDeeplyNested
@@ -25,14 +24,22 @@ from lastword.errors import NumberOutOfRange, TooDeeplyNested
 MIN_EXACT_INT = -(2**63)
 MAX_EXACT_INT = 2**64 - 1
 #: Any integer outside that range is written with at least 19 digits.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+LONG_RUN = 19
+#: Every byte to a space, except the ASCII digits, which become ``0``: in the translated text a
+#: run of 19 digits is a run of 19 zeros, found by a substring search. Both steps run in C over
+#: the bytes, about ten times as fast as a regular expression, which tries a match at every
+#: digit of the body (a fifth of a 1,000-event batch's CPU went to that search).
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_ZEROS = b"0" * LONG_RUN
 
 
 def may_hold_inexact(raw: bytes | str) -> bool:
-    """Whether ``raw`` has a run of 19 digits (without one, every integer in it is exact)."""
-    found = _LONG_DIGITS.search(raw) if isinstance(raw, bytes) else _LONG_DIGITS_TEXT.search(raw)
-    return found is not None
+    """Whether ``raw`` has a run of 19 ASCII digits (without one, every integer in it is exact)."""
+    if isinstance(raw, str):
+        # UTF-8 keeps the ASCII digits as they are and makes every other character bytes that
+        # are not digits; "surrogatepass" lets a lone surrogate (valid in JSON text) through.
+        raw = raw.encode(errors="surrogatepass")
+    return _ZEROS in raw.translate(_DIGITS_AS_ZERO)
 
 
 def first_inexact(raw: bytes | str, *, items: bool) -> tuple[int, str] | None:

@@ -53,6 +53,11 @@ def _shift_index(error: LastwordError, offset: int) -> None:
         error.detail = error.detail.replace(f"event {index}", f"event {index + offset}", 1)
 
 
+def _anyone_may_listen(run_id: str) -> bool:
+    """Until told who listens, every append hands its chunks to the fan-out."""
+    return True
+
+
 class SqlStore(Store):
     """The operations over SQL; subclasses bring connections, schema and transactions, and the
     dialect (:mod:`lastword.store.dialect`) the queries ask what differs."""
@@ -64,6 +69,11 @@ class SqlStore(Store):
         self.dialect = dialect
         self.default_lease_seconds = default_lease_seconds
         self.folds = FoldCache(fold_cache_size, fold_cache_bytes)
+        #: Whether run ``run_id`` has a live subscriber now, asked by an append in its transaction
+        #: (set by :func:`lastword.factory.open_fanout` where the store hands chunks to the hub).
+        #: When it has none, the append leaves its chunks out of the outcome (``chunks_left_out``)
+        #: and the service sends a subscriber that registered meanwhile to the log.
+        self.chunk_listeners: Callable[[str], bool] = _anyone_may_listen
 
     # -- what a backend provides ---------------------------------------------------------
 
@@ -78,10 +88,12 @@ class SqlStore(Store):
     # -- writes ----------------------------------------------------------------------------
 
     def _persist(
-        self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False
+        self, tx: Tx, before: RunRecord, change: Change, now: float, *, appended_stored: bool = False,
+        live_chunks: bool = True,
     ) -> list[StoredEvent]:
         stored = writes.persist(
-            tx, self.dialect, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored
+            tx, self.dialect, change, first_seq=before.last_seq + 1, now=now, appended_stored=appended_stored,
+            live_chunks=live_chunks,
         )
         if change.ended is not None:
             self.folds.forget(before.run_id, change.ended.turn)
@@ -125,11 +137,17 @@ class SqlStore(Store):
         logged = runstate.numbered(run, fresh, encoded)
         self.dialect.insert_events(tx, writes.event_rows(run_id, run.turn, logged, now))
         change = runstate.append(run, fold, fresh, now, logged=logged)
-        stored = self._persist(tx, run, change, now, appended_stored=True)
+        # A chunk event for each delta nobody streams was a twentieth of a batch's CPU: made
+        # only when the run has a subscriber now (one that comes before the commit is sent to
+        # the log by the service: chunks_left_out).
+        live_chunks = not self.dialect.returns_chunks or self.chunk_listeners(run_id)
+        stored = self._persist(tx, run, change, now, appended_stored=True, live_chunks=live_chunks)
+        accepted_types = dict(Counter(event["type"] for _, event in fresh))
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
-            accepted_types=dict(Counter(event["type"] for _, event in fresh)),
+            accepted_types=accepted_types,
+            chunks_left_out=not live_chunks and "assistant/chunk" in accepted_types,
         )
 
     async def append_as_producer(
@@ -178,6 +196,7 @@ class SqlStore(Store):
             total.last_seq = outcome.last_seq
             total.ended = outcome.ended or total.ended
             total.stored.extend(outcome.stored)
+            total.chunks_left_out = total.chunks_left_out or outcome.chunks_left_out
             if not total.chunks_left_out and sum(e.type == "assistant/chunk" for e in total.stored) > LIVE_CHUNKS:
                 total.chunks_left_out = True
             if total.chunks_left_out:

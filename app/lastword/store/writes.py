@@ -48,10 +48,10 @@ def event_rows(run_id: str, turn: int, appended: list[Appended], now: float) -> 
 
 def persist(
     tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: float, new_run: bool = False,
-    appended_stored: bool = False,
+    appended_stored: bool = False, live_chunks: bool = True,
 ) -> list[StoredEvent]:
     """Write ``change`` (whose events start at ``first_seq``); the live events it stored
-    (its chunks only where ``dialect.returns_chunks``).
+    (its chunks only where ``dialect.returns_chunks`` and ``live_chunks``).
 
     ``new_run``: the run's row was just inserted as ``change.run`` (so it is not updated).
     ``appended_stored``: the caller already inserted the rows of ``change.appended``.
@@ -67,7 +67,7 @@ def persist(
     if change.appended:
         if not appended_stored:
             dialect.insert_events(tx, event_rows(run.run_id, run.turn, change.appended, now))
-        if dialect.returns_chunks:
+        if dialect.returns_chunks and live_chunks:
             live = [
                 StoredEvent(run_id=run.run_id, seq=seq, turn=run.turn, type="assistant/chunk", body=event,
                             received_at=now, event_id=event.get("eventId"))
