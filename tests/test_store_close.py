@@ -58,3 +58,22 @@ def test_closing_the_store_does_not_block_the_loop(tmp_path: Path) -> None:
         return ran_while_closing
 
     assert asyncio.run(scenario()), "the loop ran nothing else while the store closed"
+
+
+def test_a_write_after_the_close_began_is_refused_not_left_waiting(tmp_path: Path) -> None:
+    """The loop runs on while the store closes, so a request may still write: it gets 503
+    ``store_unavailable`` at once instead of a job queued behind the writer's end, never answered."""
+    from lastword.errors import Unavailable
+
+    async def scenario() -> BaseException | None:
+        store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
+        await store.open()
+        await store.close()
+        try:
+            await asyncio.wait_for(store.delete_ended_runs(0.0, 0.0), 30)  # a bound, not a timing
+        except (Unavailable, TimeoutError) as error:
+            return error
+        return None
+
+    refused = asyncio.run(scenario())
+    assert isinstance(refused, Unavailable), refused

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from lastword.errors import LastwordError
+from lastword.errors import LastwordError, Unavailable
 from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
 from lastword.store.tx import Holds, Tx
 
@@ -77,11 +77,17 @@ class GroupWriter:
         # that loop's thread touches its entry.
         self._pending: dict[asyncio.AbstractEventLoop, list[Job]] = {}
         self._hold_dir = hold_commit_dir
+        #: Set by :meth:`stop`: the thread takes nothing after that, so a write then is refused.
+        self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     async def submit(self, work: Callable[[Tx], T]) -> T:
         """Run ``work(tx)`` in the next batch; its result once that batch has committed."""
+        if self._stopped:
+            # Closing waits for the writer off the loop, so a request still running may write
+            # after the stop: its job would wait behind the thread's end for ever.
+            raise Unavailable("the store is closing")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(loop)
@@ -103,6 +109,7 @@ class GroupWriter:
 
     def stop(self) -> None:
         """Hand over what was submitted and tell the thread to stop after it (on the event loop)."""
+        self._stopped = True
         for loop in list(self._pending):
             self._hand_over(loop)
         self._queue.put(None)
