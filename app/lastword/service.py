@@ -248,6 +248,31 @@ class RunService:
     # -- writes ----------------------------------------------------------------------------
 
     async def create(self, request: RunCreate) -> tuple[RunRecord, bool]:
+        run, created, stored = await self._store.create_run(await self._spec(request), self.clock())
+        self._created(created, stored)
+        return run, created
+
+    async def create_with_events(
+        self, request: RunCreate, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
+    ) -> tuple[RunRecord, bool]:
+        """:meth:`create`, and when it created the run :meth:`append` of ``events``, in one store
+        transaction (a Durable Stream created with initial content, SPEC §17): a refusal of the
+        events leaves no run. The run is returned as it is after the append."""
+        started = time.perf_counter()
+        spec = await self._spec(request)
+        run, created, stored, outcome = await self._store.create_run_with_events(spec, events, self.clock(), encoded)
+        self._created(created, stored)  # the run's start and the events, in log order
+        if outcome is not None:
+            self._counted(outcome, started)
+        return run, created
+
+    def _created(self, created: bool, stored: list[StoredEvent]) -> None:
+        self._published(stored)
+        if created:
+            self.metrics.runs_created.inc()
+
+    async def _spec(self, request: RunCreate) -> RunSpec:
+        """The stored spec of a run to create (its webhook checked)."""
         body = request.model_dump()
         for optional in ("forkOf", "selection"):
             # Left out when not asked for, so runs made before they existed compare equal.
@@ -268,7 +293,7 @@ class RunService:
                 await check_resolved_webhook(request.webhook.url)
             target = WebhookTarget(url=request.webhook.url, secret=request.webhook.secret)
         fork = request.forkOf
-        spec = RunSpec(
+        return RunSpec(
             run_id=run_id,
             parent_run_id=request.parentRunId,
             agent=request.agent,
@@ -280,11 +305,6 @@ class RunService:
             fork_of=None if fork is None else (fork.runId, fork.afterSeq),
             join_continuations=None if request.selection is None else request.selection.joinContinuations,
         )
-        run, created, stored = await self._store.create_run(spec, self.clock())
-        self._published(stored)
-        if created:
-            self.metrics.runs_created.inc()
-        return run, created
 
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
@@ -305,8 +325,11 @@ class RunService:
         return outcome, echo
 
     def _appended(self, outcome: AppendOutcome, started: float) -> None:
-        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         self._published(outcome.stored)
+        self._counted(outcome, started)
+
+    def _counted(self, outcome: AppendOutcome, started: float) -> None:
+        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
 
