@@ -38,8 +38,11 @@ from lastword.errors import (
 )
 from lastword.factory import open_store
 from lastword.settings import Settings
+from lastword.rules.ds import Producer
 from lastword.rules.records import WebhookTarget
 from lastword.store import Feed, Outbox, RunLog, RunSpec, Stats, Store
+from lastword.store.sql import SqlStore
+from lastword.store.tx import Tx
 
 from tests.builders import chunk, message, text, turn_end, usage
 
@@ -52,6 +55,16 @@ def spec(run_id: str, *, mode: Literal["oneshot", "continuable"] = "oneshot", pa
     body = {"runId": run_id, "mode": mode, "parentRunId": parent, "agent": agent, "leaseSeconds": lease}
     return RunSpec(run_id=run_id, parent_run_id=parent, agent=agent, mode=mode, metadata=metadata or {},
                    lease_seconds=lease, canonical=orjson.dumps(body).decode())
+
+
+async def producer_rows(store: Store) -> set[str]:
+    """The keys in ``ds_producers``, read from the table itself: no operation of the store shows
+    the producers of a deleted run (both backends are :class:`SqlStore`)."""
+
+    def keys(tx: Tx) -> set[str]:
+        return {row[0] for row in tx.all("SELECT uid FROM ds_producers")}
+
+    return await cast(SqlStore, store)._read(keys)
 
 
 def bodies(events: list[Any]) -> list[dict[str, Any]]:
@@ -494,6 +507,19 @@ class RetentionContract(ContractBase):
             await store.get_run("old")
         assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
                                                             limit=10, before_pk=None)} == {"open", "recent"}
+
+    @pytest.mark.anyio
+    async def test_retention_deletes_a_runs_durable_streams_producers_with_it(self, store: Store) -> None:
+        """A run written by an idempotent producer (SPEC §17) keeps the producer's epoch and seq
+        in ``ds_producers``; they go with the run, not left behind for ever (a deleted run's id is
+        never given out again, so nothing could read them)."""
+        for run_id in ("old", "kept"):
+            await store.create_run(spec(run_id), T0)
+            await store.append_as_producer(run_id, [message("hi")], T0, None, Producer("child", 0, 0))
+        await store.end_turn("old", "completed", None, T0 + 1)
+        assert await producer_rows(store) == {"run:old", "run:kept"}
+        assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
+        assert await producer_rows(store) == {"run:kept"}
 
 
 class StatsContract(ContractBase):

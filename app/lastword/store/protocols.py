@@ -188,7 +188,8 @@ class Retention(Protocol):
 
     @abc.abstractmethod
     async def delete_ended_runs(self, ended_before: float, now: float, limit: int = 200) -> list[str]:
-        """Delete up to ``limit`` runs that ended before ``ended_before``; their ids.
+        """Delete up to ``limit`` runs that ended before ``ended_before``, with all they hold
+        (their log, turns, webhook targets, sent deliveries, Durable Streams producers); their ids.
 
         Each deleted run leaves a tombstone: reading it later answers 410, not 404.
         """
