@@ -35,6 +35,7 @@ from lastword.errors import (
     RunNotFound,
     TurnAlreadyEnded,
     TurnNotFound,
+    UnstorableValue,
 )
 from lastword.factory import open_store
 from lastword.settings import Settings
@@ -201,6 +202,24 @@ class RunLogContract(ContractBase):
         assert turn.usage == {"inputTokens": 4, "outputTokens": 5, "cacheReadTokens": 0, "cacheWriteTokens": 0}
         snapshot_run, snapshot_turn = await store.snapshot("r1")
         assert snapshot_run.last_seq == 4 and snapshot_turn.output == [text("kept")]
+
+    @pytest.mark.anyio
+    async def test_create_with_events_is_all_or_nothing(self, store: Store) -> None:
+        """A run created with events holds them at once; events the store refuses leave no run
+        (the id stays free), and a repeat of the spec appends nothing."""
+        with pytest.raises(UnstorableValue):
+            await store.create_run_with_events(spec("r1"), [chunk("a", "e1"), chunk("b", "bad\x00id")], T0, None)
+        with pytest.raises(RunNotFound):
+            await store.get_run("r1")
+        run, created, stored, outcome = await store.create_run_with_events(
+            spec("r1"), [chunk("a", "e1"), chunk("b", "e2")], T0, None)
+        assert created and outcome is not None and (outcome.accepted, outcome.last_seq) == (2, 3)
+        assert (run.run_id, run.last_seq) == ("r1", 3)
+        # (The chunks are among the live events only where the dialect returns them: SQLite.)
+        assert (stored[0].seq, stored[0].type) == (1, "subagent/start")
+        again, created, stored, outcome = await store.create_run_with_events(spec("r1"), [chunk("c", "e3")], T0, None)
+        assert (created, stored, outcome, again.last_seq) == (False, [], None, 3)
+        assert bodies(await store.events_after("r1", 1, 10)) == [chunk("a", "e1"), chunk("b", "e2")]
 
     @pytest.mark.anyio
     async def test_a_repeated_event_id_is_a_duplicate_and_a_clash_stores_nothing(self, store: Store) -> None:
