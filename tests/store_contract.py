@@ -35,11 +35,15 @@ from lastword.errors import (
     RunNotFound,
     TurnAlreadyEnded,
     TurnNotFound,
+    UnstorableValue,
 )
 from lastword.factory import open_store
 from lastword.settings import Settings
+from lastword.rules.ds import Producer
 from lastword.rules.records import WebhookTarget
 from lastword.store import Feed, Outbox, RunLog, RunSpec, Stats, Store
+from lastword.store.sql import SqlStore
+from lastword.store.tx import Tx
 
 from tests.builders import chunk, message, text, turn_end, usage
 
@@ -52,6 +56,16 @@ def spec(run_id: str, *, mode: Literal["oneshot", "continuable"] = "oneshot", pa
     body = {"runId": run_id, "mode": mode, "parentRunId": parent, "agent": agent, "leaseSeconds": lease}
     return RunSpec(run_id=run_id, parent_run_id=parent, agent=agent, mode=mode, metadata=metadata or {},
                    lease_seconds=lease, canonical=orjson.dumps(body).decode())
+
+
+async def producer_rows(store: Store) -> set[str]:
+    """The keys in ``ds_producers``, read from the table itself: no operation of the store shows
+    the producers of a deleted run (both backends are :class:`SqlStore`)."""
+
+    def keys(tx: Tx) -> set[str]:
+        return {row[0] for row in tx.all("SELECT uid FROM ds_producers")}
+
+    return await cast(SqlStore, store)._read(keys)
 
 
 def bodies(events: list[Any]) -> list[dict[str, Any]]:
@@ -188,6 +202,24 @@ class RunLogContract(ContractBase):
         assert turn.usage == {"inputTokens": 4, "outputTokens": 5, "cacheReadTokens": 0, "cacheWriteTokens": 0}
         snapshot_run, snapshot_turn = await store.snapshot("r1")
         assert snapshot_run.last_seq == 4 and snapshot_turn.output == [text("kept")]
+
+    @pytest.mark.anyio
+    async def test_create_with_events_is_all_or_nothing(self, store: Store) -> None:
+        """A run created with events holds them at once; events the store refuses leave no run
+        (the id stays free), and a repeat of the spec appends nothing."""
+        with pytest.raises(UnstorableValue):
+            await store.create_run_with_events(spec("r1"), [chunk("a", "e1"), chunk("b", "bad\x00id")], T0, None)
+        with pytest.raises(RunNotFound):
+            await store.get_run("r1")
+        run, created, stored, outcome = await store.create_run_with_events(
+            spec("r1"), [chunk("a", "e1"), chunk("b", "e2")], T0, None)
+        assert created and outcome is not None and (outcome.accepted, outcome.last_seq) == (2, 3)
+        assert (run.run_id, run.last_seq) == ("r1", 3)
+        # (The chunks are among the live events only where the dialect returns them: SQLite.)
+        assert (stored[0].seq, stored[0].type) == (1, "subagent/start")
+        again, created, stored, outcome = await store.create_run_with_events(spec("r1"), [chunk("c", "e3")], T0, None)
+        assert (created, stored, outcome, again.last_seq) == (False, [], None, 3)
+        assert bodies(await store.events_after("r1", 1, 10)) == [chunk("a", "e1"), chunk("b", "e2")]
 
     @pytest.mark.anyio
     async def test_a_repeated_event_id_is_a_duplicate_and_a_clash_stores_nothing(self, store: Store) -> None:
@@ -494,6 +526,19 @@ class RetentionContract(ContractBase):
             await store.get_run("old")
         assert {run.run_id for run in await store.list_runs(parent_run_id=None, status=None, agent=None,
                                                             limit=10, before_pk=None)} == {"open", "recent"}
+
+    @pytest.mark.anyio
+    async def test_retention_deletes_a_runs_durable_streams_producers_with_it(self, store: Store) -> None:
+        """A run written by an idempotent producer (SPEC §17) keeps the producer's epoch and seq
+        in ``ds_producers``; they go with the run, not left behind for ever (a deleted run's id is
+        never given out again, so nothing could read them)."""
+        for run_id in ("old", "kept"):
+            await store.create_run(spec(run_id), T0)
+            await store.append_as_producer(run_id, [message("hi")], T0, None, Producer("child", 0, 0))
+        await store.end_turn("old", "completed", None, T0 + 1)
+        assert await producer_rows(store) == {"run:old", "run:kept"}
+        assert await store.delete_ended_runs(T0 + 50, T0 + 200) == ["old"]
+        assert await producer_rows(store) == {"run:kept"}
 
 
 class StatsContract(ContractBase):

@@ -10,6 +10,8 @@ B before the bound: the read would otherwise sit until its keep-alive re-read.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +19,7 @@ import httpx
 import pytest
 
 from tests.builders import message
-from tests.servers import threaded_server
+from tests.servers import threaded_app_server, threaded_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -106,3 +108,39 @@ def test_a_stream_whose_path_does_not_fit_in_a_notice_still_wakes_readers_on_rep
         assert answer.status_code == 204, answer.text
 
     assert heard_on_b(b, path, created.headers["Stream-Next-Offset"], append) == [{"n": 2}]
+
+
+def test_readers_parked_on_replica_b_are_woken_when_its_notices_are_lost(make_settings: Any) -> None:
+    """Notices B did not keep (its backlog overflowed; a dropped connection does the same) wake
+    every reader parked on B to read the log again: an SSE read of a stream and one of a run,
+    each parked (B counts it) before A's write, hear it though no notice of it reached them."""
+    settings = make_settings(keepalive_seconds=300.0, ds_sse_seconds=600.0)
+    with threaded_server(settings) as a, threaded_app_server(settings) as (b, app):
+        streams = app.state.service.streams
+        # B keeps no backlog of notices: every notice overflows it and is dropped, unread.
+        app.state.service._fanout.listener.max_pending = 0
+        created = httpx.put(f"{a}/ds/shared/lost", headers={"Content-Type": "application/json"})
+        assert created.status_code == 201, created.text
+        run = httpx.put(f"{a}/ds/runs/lost-run", headers={"Content-Type": "application/json"})
+        assert run.status_code == 201, run.text
+
+        def parked_then(write: Any) -> Any:
+            def append() -> None:
+                deadline = time.monotonic() + HEARD_WITHIN
+                while streams.waiting != 1:  # B's reader is registered to be woken: only then write
+                    assert time.monotonic() < deadline, "the reader on B never parked"
+                    threading.Event().wait(0.01)
+                write()
+            return append
+
+        def to_stream() -> None:
+            assert httpx.post(f"{a}/ds/shared/lost", json={"n": 3}).status_code == 204
+
+        def to_run() -> None:
+            answer = httpx.post(f"{a}/v1/runs/lost-run/events", json=message("unheard"))
+            assert answer.status_code == 200, answer.text
+
+        heard = heard_on_b(b, "/ds/shared/lost", created.headers["Stream-Next-Offset"], parked_then(to_stream))
+        assert heard == [{"n": 3}]
+        heard = heard_on_b(b, "/ds/runs/lost-run", run.headers["Stream-Next-Offset"], parked_then(to_run))
+        assert [event["message"]["content"] for event in heard] == [[{"type": "text", "text": "unheard"}]]

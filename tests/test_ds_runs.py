@@ -134,3 +134,21 @@ def test_an_append_to_an_ended_run_is_refused_as_closed(api: httpx.Client) -> No
     assert late.status_code == 409, late.text
     assert late.headers["Stream-Closed"] == "true" and late.json()["code"] == "run_ended"
     assert texts(api, "kid-6") == []
+
+
+def test_a_put_whose_initial_messages_the_store_refuses_creates_no_run(api: httpx.Client) -> None:
+    """Nothing half-appended (SPEC §17): the run and its initial messages are one transaction,
+    so a message the database cannot hold (a NUL in an eventId) leaves no empty run behind."""
+    refused = api.put("/ds/runs/kid-7", json=[message("kept?"), message("bad", event_id="bad\x00id")],
+                      headers=JSON)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == "unstorable_value"
+    assert api.get("/v1/runs/kid-7").status_code == 404
+    assert api.get("/ds/runs/kid-7", params={"offset": "-1"}).status_code == 404
+    # The id is still free: the same PUT without the NUL creates the run, with its messages.
+    created = api.put("/ds/runs/kid-7", json=[message("kept"), message("good", event_id="good")], headers=JSON)
+    assert created.status_code == 201, created.text
+    assert texts(api, "kid-7") == ["kept", "good"]
+    read = api.get("/ds/runs/kid-7", params={"offset": "-1"})
+    assert read.headers["Stream-Next-Offset"] == created.headers["Stream-Next-Offset"]

@@ -58,6 +58,9 @@ class StreamService:
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         #: Set when the service shuts down: live reads answer now.
         self.draining = False
+        #: How many live reads are registered to be woken now (a count kept as they come and
+        #: go, so that another thread, a test's, can read it while the loop changes the waiters).
+        self.waiting = 0
 
     def changed(self, path: str) -> None:
         """The stream at ``path`` changed (here, or on another replica): its readers read again."""
@@ -119,6 +122,7 @@ class StreamService:
         deadline = loop.time() + timeout
         waiter = waiter or asyncio.Event()
         self._waiters[path].add(waiter)
+        self.waiting += 1
         try:
             while True:
                 woken = waiter.is_set()
@@ -131,6 +135,7 @@ class StreamService:
                     await asyncio.wait_for(waiter.wait(), left)
                     # woken: read again (the next turn's read), and answer whatever it finds
         finally:
+            self.waiting -= 1
             waiters = self._waiters.get(path)
             if waiters is not None:
                 waiters.discard(waiter)

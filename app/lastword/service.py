@@ -269,13 +269,40 @@ class RunService:
     # -- writes ----------------------------------------------------------------------------
 
     async def create(self, request: NewRun) -> tuple[RunRecord, bool]:
+        run, created, stored = await self._store.create_run(await self._spec(request), self.clock())
+        self._created(created, stored)
+        return run, created
+
+    async def create_with_events(
+        self, request: NewRun, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
+    ) -> tuple[RunRecord, bool]:
+        """:meth:`create`, and when it created the run :meth:`append` of ``events``, in one store
+        transaction (a Durable Stream created with initial content, SPEC §17): a refusal of the
+        events leaves no run. The run is returned as it is after the append."""
+        started = time.perf_counter()
+        spec = await self._spec(request)
+        run, created, stored, outcome = await self._store.create_run_with_events(spec, events, self.clock(), encoded)
+        if outcome is not None and outcome.chunks_left_out:
+            self._chunks_left_out(run.run_id)
+        self._created(created, stored)  # the run's start and the events, in log order
+        if outcome is not None:
+            self._counted(outcome, started)
+        return run, created
+
+    def _created(self, created: bool, stored: list[StoredEvent]) -> None:
+        self._published(stored)
+        if created:
+            self.metrics.runs_created.inc()
+
+    async def _spec(self, request: NewRun) -> RunSpec:
+        """The stored spec of a run to create (its webhook checked)."""
         run_id = request.run_id or new_run_id(self.clock())
         webhook = request.webhook
         if webhook is not None:
             check_webhook(webhook.url, webhook.secret, self.webhook_hosts, allow_private=self.webhook_allow_private)
             if not self.webhook_allow_private:
                 await check_resolved_webhook(webhook.url)
-        spec = RunSpec(
+        return RunSpec(
             run_id=run_id,
             parent_run_id=request.parent_run_id,
             agent=request.agent,
@@ -287,11 +314,6 @@ class RunService:
             fork_of=request.fork_of,
             join_continuations=request.join_continuations,
         )
-        run, created, stored = await self._store.create_run(spec, self.clock())
-        self._published(stored)
-        if created:
-            self.metrics.runs_created.inc()
-        return run, created
 
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], encoded: Sequence[str] | None = None
@@ -312,11 +334,20 @@ class RunService:
         return outcome, echo
 
     def _appended(self, run_id: str, outcome: AppendOutcome, started: float) -> None:
-        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         if outcome.chunks_left_out:
-            # Nobody streamed the run when it was written; whoever subscribed since reads the log.
-            self._hub.resync_run(run_id)
+            self._chunks_left_out(run_id)
         self._published(outcome.stored)
+        self._counted(outcome, started)
+
+    def _chunks_left_out(self, run_id: str) -> None:
+        """An append's chunk events were not made for the fan-out (nobody streamed the run, or
+        too many for a subscriber's buffer): its subscribers since, and the Durable Streams
+        readers of the run (not hub subscribers), read them from the log."""
+        self._hub.resync_run(run_id)
+        self.streams.run_changed(run_id)
+
+    def _counted(self, outcome: AppendOutcome, started: float) -> None:
+        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
 
@@ -328,8 +359,7 @@ class RunService:
         outcome = await self._store.append_batches(run_id, batches, self.clock())
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
         if outcome.chunks_left_out:
-            self._hub.resync_run(run_id)  # its subscribers read this append's chunks from the log
-            self.streams.run_changed(run_id)  # ``stored`` may not name the run: its stream readers too
+            self._chunks_left_out(run_id)
         self._published(outcome.stored)
         if outcome.ended is not None:
             self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()

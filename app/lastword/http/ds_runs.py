@@ -82,12 +82,10 @@ async def create(request: Request, run_id: str, security: dict[str, str]) -> Res
         run = await service.get_run(run_id)
         status = 200
     except NotFound:
-        run, created = await service.create(spec.new_run())
+        # One transaction: messages the store refuses leave no run behind (nothing half-appended).
+        encoded = await encode_events(events, request.app.state.settings.max_event_bytes) if events else None
+        run, created = await service.create_with_events(spec.new_run(), events, encoded)
         status = 201 if created else 200
-        if created and events:
-            encoded = await encode_events(events, request.app.state.settings.max_event_bytes)
-            outcome, _ = await service.append_as_producer(run_id, events, encoded, None)
-            run = await service.get_run(run_id) if outcome.ended is not None else run
     answer = {**security, "Content-Type": "application/json", "Stream-Next-Offset": ds.offset(run.last_seq),
               **_closed_headers(run.status == "ended")}
     if status == 201:

@@ -53,6 +53,15 @@ class RunLog(Protocol):
         """Create a run and its first turn; a repeat of the same spec returns the run."""
 
     @abc.abstractmethod
+    async def create_run_with_events(
+        self, spec: RunSpec, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
+    ) -> tuple[RunRecord, bool, list[StoredEvent], AppendOutcome | None]:
+        """:meth:`create_run` and, when it created the run, :meth:`append` of ``events`` in the
+        same transaction: all or nothing, so events the store refuses leave no run behind (a
+        stream created with initial content, SPEC §17). The run is returned as it is after the
+        append; the outcome is None when nothing was appended (no events, or a repeat)."""
+
+    @abc.abstractmethod
     async def get_run(self, run_id: str) -> RunRecord: ...
 
     @abc.abstractmethod
@@ -179,7 +188,8 @@ class Retention(Protocol):
 
     @abc.abstractmethod
     async def delete_ended_runs(self, ended_before: float, now: float, limit: int = 200) -> list[str]:
-        """Delete up to ``limit`` runs that ended before ``ended_before``; their ids.
+        """Delete up to ``limit`` runs that ended before ``ended_before``, with all they hold
+        (their log, turns, webhook targets, sent deliveries, Durable Streams producers); their ids.
 
         Each deleted run leaves a tombstone: reading it later answers 410, not 404.
         """

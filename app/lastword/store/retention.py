@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lastword.store import ds
 from lastword.store.tx import Tx
 
 #: The tables that hold a run's rows, children first. Its webhook deliveries go too, except
@@ -25,6 +26,8 @@ def delete_ended_runs(tx: Tx, ended_before: float, now: float, limit: int) -> li
         for table in RUN_TABLES:
             tx.many(f"DELETE FROM {table} WHERE run_id = ?", run_ids)
         tx.many("DELETE FROM deliveries WHERE run_id = ? AND state <> 'pending'", run_ids)
+        # A run written as a Durable Stream keeps its idempotent producers under its own key.
+        tx.many("DELETE FROM ds_producers WHERE uid = ?", [(ds.run_producers(run_id),) for (run_id,) in run_ids])
         tx.many(
             "INSERT INTO deleted_runs (run_id, deleted_at) VALUES (?, ?) ON CONFLICT (run_id) DO NOTHING",
             [(run_id, now) for (run_id,) in run_ids],

@@ -116,6 +116,22 @@ class SqlStore(Store):
         stored = writes.persist(tx, self.dialect, change, first_seq=change.run.last_seq, now=now, new_run=True)
         return replace(change.run, pk=pk), True, stored
 
+    async def create_run_with_events(
+        self, spec: RunSpec, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
+    ) -> tuple[RunRecord, bool, list[StoredEvent], AppendOutcome | None]:
+        return await self._write(self._create_run_with_events, spec, events, now, encoded)
+
+    def _create_run_with_events(
+        self, tx: Tx, spec: RunSpec, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
+    ) -> tuple[RunRecord, bool, list[StoredEvent], AppendOutcome | None]:
+        run, created, stored = self._create_run(tx, spec, now)
+        if not created or not events:
+            return run, created, stored, None
+        # A refusal raised here rolls the run back with the events: nothing half-appended.
+        outcome = self._append(tx, spec.run_id, events, now, encoded)
+        run = reads.run(tx, self.dialect, spec.run_id, lock=False)
+        return run, created, stored + outcome.stored, outcome
+
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
     ) -> AppendOutcome:
