@@ -55,6 +55,12 @@ class Target:
     name: str
     url: str  # http://host:port
     prefix: str  # "" or "/ds"
+    pid: int  # the server's process, for its CPU time
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        return float(sum(psutil.Process(self.pid).cpu_times()[:2]))
 
     def path(self, stream: str) -> str:
         return f"{self.prefix}/v1/stream/{stream}"
@@ -75,8 +81,8 @@ def install_reference() -> None:
 
 
 @contextlib.contextmanager
-def reference_server() -> Iterator[str]:
-    """The Node reference server's base URL while it runs."""
+def reference_server() -> Iterator[tuple[str, int]]:
+    """The Node reference server's base URL and pid while it runs."""
     with subprocess.Popen(["node", str(LAUNCHER)], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as process:
         assert process.stdout is not None and process.stderr is not None
@@ -85,7 +91,7 @@ def reference_server() -> Iterator[str]:
             if not line.startswith("http://"):
                 process.wait(timeout=10)
                 raise RuntimeError(f"the reference server did not start: {process.stderr.read().decode()[-500:]}")
-            yield line.rstrip("/")
+            yield line.rstrip("/"), process.pid
         finally:
             if process.poll() is None:
                 process.terminate()
@@ -103,8 +109,9 @@ def create(target: Target, stream: str, content_type: str) -> str:
     return path
 
 
-async def _appends(target: Target, raw: bytes, requests: int) -> float:
-    """Seconds for ``requests`` prepared appends over CONNECTIONS keep-alive connections."""
+async def _appends(target: Target, raw: bytes, requests: int) -> tuple[float, float]:
+    """Seconds, and the server's CPU seconds, for ``requests`` prepared appends over CONNECTIONS
+    keep-alive connections."""
     connections = [await http.connect(target.url) for _ in range(CONNECTIONS)]
 
     async def one(connection: http.Connection, count: int) -> None:
@@ -115,9 +122,10 @@ async def _appends(target: Target, raw: bytes, requests: int) -> float:
 
     share = requests // CONNECTIONS
     try:
+        cpu = target.cpu_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(one(connection, share) for connection in connections))
-        return time.perf_counter() - started
+        return time.perf_counter() - started, target.cpu_seconds() - cpu
     finally:
         for connection in connections:
             connection.close()
@@ -140,15 +148,22 @@ async def _throughput(ctx: Context, result: Result, targets: list[Target]) -> No
             raws[target.name] = http.request_bytes("POST", path, body, content_type)
             await _appends(target, raws[target.name], max(CONNECTIONS, requests // 10))  # warm-up
         rates: dict[str, list[float]] = {target.name: [] for target in targets}
+        cpus: dict[str, list[float]] = {target.name: [] for target in targets}
         for round_number in range(rounds):
             # Alternate which server goes first, so neither always follows the other's garbage.
             for target in targets if round_number % 2 == 0 else targets[::-1]:
-                seconds = await _appends(target, raws[target.name], requests)
-                rates[target.name].append(requests // CONNECTIONS * CONNECTIONS * per_request / seconds)
+                seconds, cpu = await _appends(target, raws[target.name], requests)
+                messages = requests // CONNECTIONS * CONNECTIONS * per_request
+                rates[target.name].append(messages / seconds)
+                cpus[target.name].append(cpu / messages)
         medians = {name: statistics.median(values) for name, values in rates.items()}
         note = f"{CONNECTIONS} connections, median of {rounds} window(s) of {requests:,} requests"
         for target in targets:
             result.add(f"{target.name}_{kind}", f"{target.name}: {label}", medians[target.name], unit, note)
+        for target in targets:
+            # CPU time depends much less on the machine's other load than the rate does.
+            result.add(f"{target.name}_{kind}_cpu", f"{target.name}: server CPU per message ({kind})",
+                       statistics.median(cpus[target.name]) * 1e6, "µs")
         ratio = medians["lastword"] / medians["reference"]
         result.ratio(kind, f"{label}, lastword / reference", ratio)
         if kind == "single":
@@ -208,11 +223,11 @@ async def _fan_out(ctx: Context, result: Result, targets: list[Target]) -> None:
                   "ms", higher_is_better=False)
 
 
-async def _measure(ctx: Context, result: Result, reference_url: str) -> None:
+async def _measure(ctx: Context, result: Result, reference: tuple[str, int]) -> None:
     # A /ds SSE read ends after LASTWORD_DS_SSE_SECONDS (60 s by default) and the client would
     # resume; a thousand subscribers opened on a loaded machine must outlast the measurement.
     with Server(env={"LASTWORD_DS_SSE_SECONDS": "3600"}) as server:
-        targets = [Target("lastword", server.url, "/ds"), Target("reference", reference_url, "")]
+        targets = [Target("lastword", server.url, "/ds", server.pid), Target("reference", reference[0], "", reference[1])]
         await _throughput(ctx, result, targets)
         await _fan_out(ctx, result, targets)
     result.note("the reference server keeps streams in memory; lastword's are in SQLite (durability normal)")
@@ -221,6 +236,6 @@ async def _measure(ctx: Context, result: Result, reference_url: str) -> None:
 def run(ctx: Context) -> Result:
     install_reference()
     result = Result("s", TITLE)
-    with reference_server() as url:
-        http.run(_measure(ctx, result, url))
+    with reference_server() as reference:
+        http.run(_measure(ctx, result, reference))
     return result

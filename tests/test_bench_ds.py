@@ -33,6 +33,7 @@ def test_the_ds_scenario_reports_both_servers_figures_and_their_ratios() -> None
     for server in ("lastword", "reference"):
         assert figures[f"{server}_single"].unit == "appends/s"
         assert figures[f"{server}_batched"].unit == "messages/s"
+        assert figures[f"{server}_single_cpu"].unit == figures[f"{server}_batched_cpu"].unit == "µs"
         assert figures[f"{server}_p50_100"].unit == "ms"
         assert figures[f"{server}_p99_100"].unit == "ms"
     for figure in figures.values():
