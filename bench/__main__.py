@@ -38,6 +38,7 @@ SCENARIOS = {
     "k": "bench.cli_stream",
     "l": "bench.run_latency",
     "r": "bench.rollout",
+    "s": "bench.ds",
     "w": "bench.webhooks",
     "z": "bench.noop",
 }
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; "
-                    "issue 8, h; i; issue 15, j; webhooks, w; issue 24's rollout, r).",
+                    "issue 8, h; i; issue 15, j; webhooks, w; issue 24's rollout, r; Durable Streams beside the Node reference server, s).",
         epilog="example: python -m bench --quick --only a,b",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a CI smoke run (well under 2 minutes)")
