@@ -20,6 +20,7 @@ from lastword.rules.transcript import (
     ANTHROPIC_BLOCK_TYPES,
     ANTHROPIC_RESULT_BLOCK_TYPES,
     EMPTY_RESULT_TEXT,
+    HISTORY_TYPES,
     INTERRUPTED_TEXT,
     LEADING_USER_TEXT,
     SUBSTANTIVE_LOSS,
@@ -81,6 +82,21 @@ def both(items: list[HistoryEvent]) -> dict[str, dict[str, Any]]:
         check(answer["messages"])
         answers[name] = answer
     return answers
+
+
+def test_the_history_types_are_exactly_what_a_transcript_reads() -> None:
+    """A log cut down to ``HISTORY_TYPES`` (what a fork inherits of its parent, what ``/messages``
+    reads) gives the whole log's transcript, and leaving out any one of those types changes it."""
+    whole = log(
+        [{"type": "step/start"}, chunk("streamed only"), {"type": "step/finish"},
+         {"type": "turn/end", "stopReason": "cancelled"}],
+        [user("go on"), {"type": "x-vendor/note", "data": 1}, assistant(text("looking"), call("c1")),
+         result("c1", "found it"), assistant(text("done"))],
+    )
+    answer = both(whole)
+    assert both([item for item in whole if item.event["type"] in HISTORY_TYPES]) == answer
+    for kind in HISTORY_TYPES:
+        assert both([item for item in whole if item.event["type"] != kind]) != answer, kind
 
 
 # -- the case of SPEC §1 ---------------------------------------------------------------------------

@@ -36,8 +36,8 @@ from lastword.rules.records import (
 )
 from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
+from lastword.rules import transcript as transcript_rules
 from lastword.rules.transcript import Format, HistoryEvent, Transcript, transcript
-from lastword.store import forks
 from lastword.store.base import Store
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
@@ -46,8 +46,7 @@ log = logging.getLogger("lastword")
 #: Runs deleted per retention transaction (short transactions keep writers waiting little).
 RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
-#: The events a transcript is made of (SPEC §12); lifecycle, step and extension events add nothing.
-HISTORY_TYPES = frozenset(forks.HISTORY_TYPES)
+HISTORY_TYPES = frozenset(transcript_rules.HISTORY_TYPES)
 
 Answer = TypeVar("Answer")
 #: What a long poll's ``look`` is handed: the events heard since it last looked, or ``None`` when

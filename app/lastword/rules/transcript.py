@@ -49,6 +49,10 @@ Format = Literal["anthropic", "openai"]
 TRANSCRIPT_FORMATS: tuple[Format, ...] = ("anthropic", "openai")
 Block = dict[str, Any]
 
+#: The events a transcript is made of (SPEC §12): a fork inherits these of its parent's log,
+#: and ``/messages`` reads only these; lifecycle, step and extension events add nothing.
+HISTORY_TYPES = ("assistant/chunk", "assistant/message", "tool/result", "user/message")
+
 #: The text of the result given to a tool call that the log never answered.
 INTERRUPTED_TEXT = "The tool call was interrupted before it returned a result."
 #: The text of a tool answer that had no visible content.

@@ -16,10 +16,9 @@ from typing import Any, Protocol, Sequence
 
 from lastword.errors import ForkAfterSeqOutOfRange, ForkParentNotFound
 from lastword.rules.records import StoredEvent
+from lastword.rules.transcript import HISTORY_TYPES
 from lastword.store.rows import loads
 
-#: The events a transcript is made of; nothing else of a parent's log is needed by a fork.
-HISTORY_TYPES = ("assistant/chunk", "assistant/message", "tool/result", "user/message")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS inherited_events (
