@@ -111,6 +111,24 @@ async def json_array(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[i
     yield list(enumerate(data if isinstance(data, list) else [data]))
 
 
+async def body_text(pieces: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The text of each body piece, UTF-8 decoded strictly across pieces (a character split
+    between two pieces comes whole with the second); 400 ``invalid_utf8`` for a bad byte, or a
+    body that ends inside a character. The one decoder of ``text/plain`` and SSE bodies."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    async for piece in pieces:
+        try:
+            text = decoder.decode(piece)
+        except UnicodeDecodeError as error:
+            raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
+        if text:
+            yield text
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise InvalidUtf8("the body ends inside a UTF-8 character") from None
+
+
 async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     if framing in ("json", "ndjson"):
         async for batch in (json_array(pieces) if framing == "json" else json_lines(pieces)):
@@ -118,20 +136,11 @@ async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIt
                 yield index, provider_event(value, index)
     else:
         index = 0
-        decoder = codecs.getincrementaldecoder("utf-8")("strict")
         line_decoder, messages = SSELineDecoder(), SSEDecoder()
-        async for piece in pieces:
-            try:
-                text = decoder.decode(piece)
-            except UnicodeDecodeError as error:
-                raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
-            for event in _sse_events(line_decoder.decode(text) if text else [], messages):
+        async for text in body_text(pieces):
+            for event in _sse_events(line_decoder.decode(text), messages):
                 yield index, provider_event(loads(event, index), index)
                 index += 1
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise InvalidUtf8("the body ends inside a UTF-8 character") from None
         # As the SSE standard says, a message not closed by a blank line when the body ends
         # is incomplete, and is dropped (so is httpx-sse's EventSource).
 

@@ -10,7 +10,6 @@ off midway keeps what arrived (a retry with the same ``eventId``s is then counte
 from __future__ import annotations
 
 import asyncio
-import codecs
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -19,13 +18,12 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from lastword.adapters.framing import body_lines
+from lastword.adapters.framing import body_lines, body_text
 from lastword.errors import (
     BatchTooLarge,
     EmptyBatch,
     EventTooLarge,
     InvalidGzip,
-    InvalidUtf8,
     LastwordError,
     MalformedJson,
     PayloadTooLarge,
@@ -348,19 +346,9 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
 async def ingest_text(request: Request, limit: int, append: Append) -> dict[str, Any]:
     """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces."""
     progress = Progress()
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
-        async for piece in body_pieces(request, limit):
-            try:
-                text = decoder.decode(piece)
-            except UnicodeDecodeError as error:
-                raise InvalidUtf8(f"the body is not valid UTF-8: {error.reason}") from None
-            if text:
-                progress.add(await append([text_delta(text)]))
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise InvalidUtf8("the body ends inside a UTF-8 character") from None
+        async for text in body_text(body_pieces(request, limit)):
+            progress.add(await append([text_delta(text)]))
     except ClientDisconnect:
         pass
     except LastwordError as error:
