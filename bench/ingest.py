@@ -165,13 +165,16 @@ async def _nats_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> t
     return one_round, close
 
 
-def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
-    from lastword.store.sqlite import SCHEMA
+async def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
+    from lastword.store.sqlite import SqliteStore
 
+    # The store makes its own schema (store/schema.py, the one source), then lets the file go.
+    store = SqliteStore(f"sqlite:///{directory / 'direct.db'}", default_lease_seconds=600)
+    await store.open()
+    await store.close()
     connection = sqlite3.connect(directory / "direct.db", isolation_level=None)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
-    connection.executescript(SCHEMA)
 
     async def one_round(count: int) -> float:
         run_id = f"bench-direct-{secrets.token_hex(6)}"
@@ -249,7 +252,7 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
         else:
             variants["nats"] = ("NATS JetStream, nats-py async publish with Nats-Msg-Id", nats_round)
             closers.append(nats_close)
-        variants["direct_sqlite"] = ("SQLite executemany, no HTTP", _sqlite_variant(workdir, event_batches))
+        variants["direct_sqlite"] = ("SQLite executemany, no HTTP", await _sqlite_variant(workdir, event_batches))
 
         # Warm-up: imports, connections, caches and the first pages of each database file.
         for _, variant in variants.values():
