@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ from lastword.settings import Settings
 
 from tests.builders import chunk, message, new_run, text
 from tests.conftest import BACKENDS, postgres_schema
-from tests.servers import threaded_server
+from tests.servers import ServerProcess, threaded_server
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -25,7 +26,7 @@ PROBLEM_JSON = "application/problem+json"
 # modules (and branches) written against the old helpers. New tests import tests.builders.
 create = new_run
 __all__ = ["PROBLEM_JSON", "assert_problem", "chunk", "create", "ingested", "logged", "message", "of_type",
-           "result", "serving", "shared_api", "shared_base_url", "text"]
+           "result", "serving", "serving_process", "shared_api", "shared_base_url", "text"]
 
 
 @contextlib.contextmanager
@@ -38,6 +39,24 @@ def serving(backend: str, tmp_path_factory: pytest.TempPathFactory, **overrides:
             url = stack.enter_context(postgres_schema())
         settings = Settings(**{"database_url": url, "keepalive_seconds": 1.0, **overrides})
         yield stack.enter_context(threaded_server(settings))
+
+
+@contextlib.contextmanager
+def serving_process(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``lastword serve`` in its own process on a fresh database of ``backend``; yields its URL.
+
+    For hypothesis tests: hypothesis fails a test whose strategies change the global ``random``
+    state while it draws, and a server thread in the test's process does exactly that at any
+    moment (psycopg_pool jitters its connection timings with ``random.random()``).
+    """
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('shared') / 'lastword.db'}"
+        else:
+            url = stack.enter_context(postgres_schema())
+        server = ServerProcess({"LASTWORD_DATABASE_URL": url}, cwd=Path(__file__).resolve().parents[1])
+        stack.callback(server.stop)
+        yield server.start().url
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lastword.http.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
 
-from tests.api_helpers import assert_problem, logged, serving
+from tests.api_helpers import assert_problem, logged, serving, serving_process
 from tests.builders import create_run
 from tests.conftest import BACKENDS
 from tests.servers import threaded_server
@@ -37,7 +37,7 @@ json_values = st.recursive(
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def numbers_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    with serving(request.param, tmp_path_factory) as url, httpx.Client(base_url=url, timeout=30) as client:
+    with serving_process(request.param, tmp_path_factory) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
 
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT
 
-from tests.api_helpers import serving
+from tests.api_helpers import serving_process
 from tests.provider_streams import (
     CONTENT_TYPES,
     OpenAIStream,
@@ -43,7 +43,7 @@ PROPERTY_SETTINGS = settings(max_examples=25, deadline=None, database=None,
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    with serving("sqlite", tmp_path_factory) as url, httpx.Client(base_url=url, timeout=30) as client:
+    with serving_process("sqlite", tmp_path_factory) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
 
 
