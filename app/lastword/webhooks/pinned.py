@@ -17,6 +17,7 @@ its own lookup of the name, out of reach of the check.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import typing
 
@@ -76,11 +77,22 @@ class CheckedBackend(AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The one client TLS context of the process (certifi's roots).
+
+    Made once: loading the roots takes ~50 ms of CPU, and a server made one for httpx's
+    transport and another for the pool on every start. Nothing changes it after it is made,
+    and an ``SSLContext`` may be shared by connections on any thread."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def pinned_transport(*, allow_private: bool) -> httpx.AsyncHTTPTransport:
     """An httpx transport whose connections go through :class:`CheckedBackend`."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    context = tls_context()
+    transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False)
     transport._pool = httpcore.AsyncConnectionPool(  # no public parameter for the backend (see above)
-        ssl_context=ssl.create_default_context(cafile=certifi.where()),
+        ssl_context=context,
         network_backend=CheckedBackend(allow_private=allow_private),
     )
     return transport
