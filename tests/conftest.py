@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import queue
 import re
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -64,6 +66,45 @@ def with_search_path(url: str, schema: str) -> str:
     return f"{url}{separator}options=-csearch_path%3D{schema}"
 
 
+class SchemaJanitor:
+    """Drops the tests' PostgreSQL schemas on a thread of its own, in the order they were left.
+
+    ``DROP SCHEMA … CASCADE`` of a used schema took 80-180 ms, paid by every PostgreSQL test
+    while it stood idle; nothing waits for the drop but the end of the session."""
+
+    def __init__(self) -> None:
+        self._left: queue.Queue[str | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def drop(self, schema: str) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="schema-janitor", daemon=True)
+                self._thread.start()
+        self._left.put(schema)
+
+    def finish(self) -> None:
+        """Wait until every schema left so far is dropped."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._left.put(None)
+            thread.join()
+
+    def _work(self) -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            while (schema := self._left.get()) is not None:
+                connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+JANITOR = SchemaJanitor()
+
+
+def pytest_sessionfinish() -> None:
+    JANITOR.finish()
+
+
 @contextlib.contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema for one test, dropped afterwards; yields a database URL that uses it."""
@@ -74,8 +115,7 @@ def postgres_schema() -> Iterator[str]:
     try:
         yield with_search_path(POSTGRES_URL, schema)
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        JANITOR.drop(schema)
 
 
 @pytest.fixture(params=BACKENDS)
