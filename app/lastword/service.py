@@ -333,6 +333,8 @@ class RunService:
         return outcome, echo
 
     def _appended(self, run_id: str, outcome: AppendOutcome, started: float) -> None:
+        """What follows every committed append, whichever way its events came: the fan-out hears
+        them (or resyncs the run's readers), the metrics count them."""
         if outcome.chunks_left_out:
             self._chunks_left_out(run_id)
         self._published(outcome.stored)
@@ -356,12 +358,7 @@ class RunService:
         """:meth:`append` of events given a batch at a time (read in the store's thread), in one transaction."""
         started = time.perf_counter()
         outcome = await self._store.append_batches(run_id, batches, self.clock())
-        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
-        if outcome.chunks_left_out:
-            self._chunks_left_out(run_id)
-        self._published(outcome.stored)
-        if outcome.ended is not None:
-            self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
+        self._appended(run_id, outcome, started)
         return outcome
 
     async def end(self, run_id: str, stop_reason: StopReason, error: Any, *, cascade: bool = False) -> EndOutcome:
