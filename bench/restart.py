@@ -43,13 +43,14 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
     from lastword.fanout.local import LocalFanout
     from lastword.metrics import Metrics
     from lastword.rules.records import NewRun
+    from lastword.ds_service import StreamService
     from lastword.service import RunService
     from lastword.settings import Settings
 
     store = open_store(Settings(database_url=url))
     await store.open()
-    now = RunService(store, LocalFanout(Hub()), Metrics())
-    hour_ago = RunService(store, LocalFanout(Hub()), Metrics(), clock=lambda: time.time() - 3600)
+    now = RunService(store, LocalFanout(Hub()), StreamService(store), Metrics())
+    hour_ago = RunService(store, LocalFanout(Hub()), StreamService(store), Metrics(), clock=lambda: time.time() - 3600)
     expected: dict[str, dict[str, Any]] = {}
     if layout == "single":
         plan = [("g-single-open", "deltas", "open", total)]

@@ -83,7 +83,7 @@ def lay_out(modules: list[Path], tests: list[str]) -> None:
         shutil.rmtree(WORK)
     (WORK / "src").mkdir(parents=True)
     shutil.copytree(PACKAGE, WORK / "src" / "lastword", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "tests", WORK / "tests", ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+    shutil.copytree(ROOT / "tests", WORK / "tests", ignore=shutil.ignore_patterns("__pycache__", ".hypothesis", "node_modules"))
     only = ", ".join(json.dumps(f"src/lastword/{path.as_posix()}") for path in modules)
     selection = ", ".join(json.dumps(test) for test in tests)
     pyproject = (ROOT / "pyproject.toml").read_text()

@@ -52,11 +52,22 @@ CONTRACT_NAMES = {
 }
 
 
-@pytest.mark.parametrize("contract", sorted(BREAKS))
-def test_each_contract_fails_when_broken(contract: str, tmp_path: Path) -> None:
+# Imports that were allowed until issue 23's seams were mended: the arrows that ran upward (the
+# store building the webhook payload, and encoding its commit notices, with modules of the layers
+# above it), which no `ignore_imports` line excuses any more, and the run service's whole Store
+# (it names the protocols it uses now).
+MENDED_ARROWS = [
+    ("layers", "store/writes.py", "import lastword.webhooks.rules\n"),
+    ("layers", "store/postgres.py", "import lastword.fanout.notify\n"),
+    ("store-through-protocols", "service.py", "import lastword.store.base\n"),
+]
+
+
+@pytest.mark.parametrize(("contract", "module", "line"),
+                         [(contract, *BREAKS[contract]) for contract in sorted(BREAKS)] + MENDED_ARROWS)
+def test_each_contract_fails_when_broken(contract: str, module: str, line: str, tmp_path: Path) -> None:
     copy = tmp_path / "app" / "lastword"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "static"))
-    module, line = BREAKS[contract]
     target = copy / module
     source = target.read_text()
     # After the module docstring and `from __future__`, where an import is legal.

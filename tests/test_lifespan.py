@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
+from lastword import factory, main
 from lastword.main import create_app
 from lastword.service import RunService
+from lastword.settings import Settings
+from lastword.store.base import Store
 from lastword.webhooks.sender import WebhookSender
+
+
+def run_lifespan(app: FastAPI) -> None:
+    """Start the app's lifespan and stop it at once."""
+
+    async def start_and_stop() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    asyncio.run(start_and_stop())
 
 
 def test_a_failed_start_leaks_no_webhook_client(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,12 +44,8 @@ def test_a_failed_start_leaks_no_webhook_client(make_settings: Any, monkeypatch:
     monkeypatch.setattr(RunService, "start", failing_start)
     app = create_app(make_settings())
 
-    async def start() -> None:
-        async with app.router.lifespan_context(app):
-            pass
-
     with pytest.raises(RuntimeError, match="start-up sweep failed"):
-        asyncio.run(start())
+        run_lifespan(app)
     assert len(senders) == 1
     assert senders[0]._client.is_closed
 
@@ -56,3 +67,36 @@ def test_a_stopped_app_has_closed_its_webhook_client(make_settings: Any, monkeyp
 
     asyncio.run(run())
     assert senders[0]._client.is_closed
+
+
+def noting_close(store: Store, closes: list[Store]) -> Callable[[], Awaitable[None]]:
+    """``store.close``, noting in ``closes`` that it ran."""
+    close = store.close
+
+    async def noted() -> None:
+        await close()
+        closes.append(store)
+
+    return noted
+
+
+def test_a_failed_start_closes_the_store(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store is opened, then building the fan-out fails: the lifespan raises the failure and
+    the store is closed (before, only the service closed it, and no service had been built)."""
+    closes: list[Store] = []
+
+    def open_noted(settings: Settings) -> Store:
+        store = factory.open_store(settings)
+        monkeypatch.setattr(store, "close", noting_close(store, closes))
+        return store
+
+    def failing_fanout(store: Store, hub: object) -> None:
+        raise RuntimeError("the fan-out could not be built")
+
+    monkeypatch.setattr(main, "open_store", open_noted)
+    monkeypatch.setattr(main, "open_fanout", failing_fanout)
+    app = create_app(make_settings())
+
+    with pytest.raises(RuntimeError, match="fan-out could not be built"):
+        run_lifespan(app)
+    assert len(closes) == 1, "the store was not closed once"

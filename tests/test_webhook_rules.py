@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lastword.errors import InvalidWebhook, RunExists
 from lastword.rules.records import RunRecord, RunSpec
 from lastword.rules.runstate import repeated_create, secret_digest
+from lastword.rules.webhook_payload import payload, webhook_id
 from lastword.webhooks.rules import (
     MAX_RETRY_DELAY_SECONDS,
     allowed_host_patterns,
@@ -172,3 +173,18 @@ def test_a_spec_stored_with_its_secret_still_matches_the_same_create() -> None:
     assert repeated_create(existing, spec) is existing
     with pytest.raises(RunExists):
         repeated_create(existing, dataclasses.replace(spec, canonical=canonical(secret_digest(secret + "x"))))
+
+
+def test_the_delivery_id_names_the_run_and_turn() -> None:
+    """One id per turn's end, the same on every retry: Standard Webhooks receivers dedupe by it."""
+    assert webhook_id("r_1", 3) == "msg_r_1_3"
+    assert webhook_id("r_1", 3) != webhook_id("r_1", 4) != webhook_id("r_2", 3)
+
+
+def test_the_payload_is_the_end_event_with_its_type_and_time() -> None:
+    """The body is {type, timestamp, data}: data is the subagent/end as the stream serves it,
+    timestamp its endedAt, as compact JSON bytes stored once and resent unchanged."""
+    end = {"runId": "r_1", "turn": 2, "endedAt": "2026-12-01T22:00:00.000Z", "output": "é"}
+    body = payload(end)
+    assert orjson.loads(body) == {"type": "subagent.end", "timestamp": "2026-12-01T22:00:00.000Z", "data": end}
+    assert body == orjson.dumps(orjson.loads(body)).decode() and body == payload(dict(end))

@@ -34,6 +34,7 @@ from lastword.errors import (
     Unprocessable,
     problem_json,
 )
+from lastword.ds_service import StreamService
 from lastword.factory import open_fanout, open_store
 from lastword.fanout.hub import Hub
 from lastword.http.access import AccessControl
@@ -173,11 +174,13 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
         # What is opened is closed in reverse order, at shutdown and equally when a later step
         # of the start fails (a failed ``service.start`` must not leak the sender's client).
         async with contextlib.AsyncExitStack() as opened:
+            opened.push_async_callback(store.close)
             fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-            service = RunService(store, fanout, app.state.metrics, page_size=settings.max_page_size,
+            service = RunService(store, fanout, StreamService(store, clock=clock), app.state.metrics,
+                                 page_size=settings.max_page_size,
                                  webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
                                  webhook_allow_private=settings.webhook_allow_private, clock=clock)
-            opened.push_async_callback(service.close)  # closes the fan-out and the store
+            opened.push_async_callback(service.close)  # closes the fan-out
             sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                    max_attempts=settings.webhook_max_attempts,
                                    timeout_seconds=settings.webhook_timeout_seconds,

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -38,7 +38,7 @@ from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
 from lastword.rules import transcript as transcript_rules
 from lastword.rules.transcript import Format, HistoryEvent, Transcript, transcript
-from lastword.store.base import Store
+from lastword.store.protocols import Feed, Outbox, Ping, Retention, RunLog, Stats
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
 log = logging.getLogger("lastword")
@@ -121,13 +121,20 @@ def canonical_request(request: NewRun, run_id: str) -> str:
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
 
 
+class RunStore(Ping, RunLog, Feed, Outbox, Retention, Stats, Protocol):
+    """What the run service asks of the store: runs and their logs, the firehose, deliveries,
+    retention, counts and readiness. Not the Durable Streams (:class:`StreamService`'s), and not
+    the store's opening or closing: the composition root (:mod:`lastword.main`) owns its lifetime."""
+
+
 class RunService:
     """Everything the routes and streams use; nothing above this touches the store or the hub."""
 
     def __init__(
         self,
-        store: Store,
+        store: RunStore,
         fanout: Fanout,
+        streams: StreamService,
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.time,
@@ -149,7 +156,7 @@ class RunService:
         self.end_observers: list[Callable[[StoredEvent], None]] = []
         #: The Durable Streams face's use cases (SPEC §17); the fan-out wakes their parked
         #: readers for every run or stream that changed, here or on another replica.
-        self.streams = StreamService(store, clock=clock)
+        self.streams = streams
         fanout.run_changed = self.streams.run_changed
         fanout.stream_changed = self.streams.changed
         fanout.notices_lost = self.streams.wake_all
@@ -176,8 +183,8 @@ class RunService:
         await self.sweep_once()
 
     async def close(self) -> None:
+        """Stop hearing commits (the store is closed by whoever opened it)."""
         await self._fanout.close()
-        await self._store.close()
 
     def drain(self) -> None:
         """Shutting down: streams say "reconnect", long polls answer now."""
@@ -333,6 +340,8 @@ class RunService:
         return outcome, echo
 
     def _appended(self, run_id: str, outcome: AppendOutcome, started: float) -> None:
+        """What follows every committed append, whichever way its events came: the fan-out hears
+        them (or resyncs the run's readers), the metrics count them."""
         if outcome.chunks_left_out:
             self._chunks_left_out(run_id)
         self._published(outcome.stored)
@@ -356,12 +365,7 @@ class RunService:
         """:meth:`append` of events given a batch at a time (read in the store's thread), in one transaction."""
         started = time.perf_counter()
         outcome = await self._store.append_batches(run_id, batches, self.clock())
-        self.metrics.observe_ingest(outcome, time.perf_counter() - started)
-        if outcome.chunks_left_out:
-            self._chunks_left_out(run_id)
-        self._published(outcome.stored)
-        if outcome.ended is not None:
-            self.metrics.turns_ended.labels(outcome.ended.stop_reason).inc()
+        self._appended(run_id, outcome, started)
         return outcome
 
     async def end(self, run_id: str, stop_reason: StopReason, error: Any, *, cascade: bool = False) -> EndOutcome:

@@ -36,6 +36,8 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -47,11 +49,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import (
     NonRecordingSpan,
+    Span,
     SpanContext,
     SpanKind,
     Status,
     StatusCode,
     TraceFlags,
+    Tracer,
     set_span_in_context,
 )
 
@@ -108,21 +112,48 @@ def _derived_id(key: str, size: int) -> int:
     return value or 1  # zero is the invalid id
 
 
-class _PlannedIds(IdGenerator):
-    """Hands the SDK the ids planned for the span being started; random ones otherwise."""
+@dataclass(frozen=True, slots=True)
+class PlannedIds:
+    """The ids a turn's span must get: its own span id and, for the root of a trace (a span
+    without a parent), the trace id; a span with a parent takes the parent's trace id."""
+
+    span_id: int
+    trace_id: int | None = None
+
+
+#: The ids planned for the span being started in this context, set only around ``start_span``
+#: (:func:`_start_planned`). The SDK asks its id generator for ids with no say in their values,
+#: so the plan travels beside the call, not through it; a context variable keeps concurrent
+#: recordings (tasks, threads) from ever reading each other's plan.
+_PLANNED: ContextVar[PlannedIds | None] = ContextVar("lastword_planned_span_ids", default=None)
+
+
+class _PlannedIdGenerator(IdGenerator):
+    """Gives the SDK the ids planned for the span being started; random ones otherwise."""
 
     def __init__(self) -> None:
         self._random = RandomIdGenerator()
-        self.span_id: int | None = None
-        self.trace_id: int | None = None
 
     def generate_span_id(self) -> int:
-        planned, self.span_id = self.span_id, None
-        return planned if planned is not None else self._random.generate_span_id()
+        planned = _PLANNED.get()
+        return planned.span_id if planned is not None else self._random.generate_span_id()
 
     def generate_trace_id(self) -> int:
-        planned, self.trace_id = self.trace_id, None
-        return planned if planned is not None else self._random.generate_trace_id()
+        planned = _PLANNED.get()
+        if planned is not None and planned.trace_id is not None:
+            return planned.trace_id
+        return self._random.generate_trace_id()
+
+
+def _start_planned(tracer: Tracer, planned: PlannedIds, name: str, parent: SpanContext | None,
+                   **options: Any) -> Span:
+    """``tracer.start_span`` whose span gets the ids ``planned`` (under ``parent``, or a root)."""
+    token = _PLANNED.set(planned)
+    try:
+        context = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
+        return tracer.start_span(name, context=context, **options)
+    finally:
+        _PLANNED.reset(token)
 
 
 def output_messages(output: list[dict[str, Any]], stop_reason: str) -> str:
@@ -148,14 +179,12 @@ class TurnSpans:
     def __init__(
         self,
         provider: TracerProvider,
-        ids: _PlannedIds,
         run: RunLookup,
         turn: TurnLookup,
         *,
         capture_content: bool,
     ) -> None:
         self._provider = provider
-        self._ids = ids
         self._tracer = provider.get_tracer("lastword")
         self._run = run
         self._turn = turn
@@ -172,30 +201,30 @@ class TurnSpans:
         try:
             run = await self._run(end["runId"])
             turn = await self._turn(end["runId"], end["turn"])
-            parent = await self._parent_context(run, end)
-            self._emit(end, turn, parent)
+            parent, root_trace_id = await self._parent_context(run, end)
+            self._emit(end, turn, parent, root_trace_id)
         except Exception:  # telemetry must never disturb the service
             log.exception("could not record the span of run %s turn %s", end.get("runId"), end.get("turn"))
 
-    async def _parent_context(self, run: RunRecord | None, end: dict[str, Any]) -> SpanContext | None:
-        """The span this turn's span hangs under, or ``None`` for a root (its trace id planned)."""
+    async def _parent_context(
+        self, run: RunRecord | None, end: dict[str, Any]
+    ) -> tuple[SpanContext, None] | tuple[None, int]:
+        """The span this turn's span hangs under, or, for a root, the trace id it starts."""
         remote = _traceparent(run.metadata if run is not None else {})
         if remote is not None:
-            return remote
+            return remote, None
         parent_id = end.get("parentRunId")
         if parent_id is None:
-            self._ids.trace_id = trace_id_of(end["runId"])
-            return None
+            return None, trace_id_of(end["runId"])
         parent = await self._run(parent_id)
         trace_id = await self._trace_id(parent_id, parent)
         if parent is None:
             # The parent is not a run lastword knows: siblings still share one trace.
-            self._ids.trace_id = trace_id
-            return None
+            return None, trace_id
         created = run.created_at if run is not None else float("inf")
         parent_turn = await self._turn_current_at(parent, created)
         return SpanContext(trace_id=trace_id, span_id=span_id_of(parent_id, parent_turn), is_remote=True,
-                           trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                           trace_flags=TraceFlags(TraceFlags.SAMPLED)), None
 
     async def _trace_id(self, run_id: str, run: RunRecord | None) -> int:
         seen = {run_id}
@@ -219,7 +248,8 @@ class TurnSpans:
                 return number
         return 1
 
-    def _emit(self, end: dict[str, Any], turn: TurnRecord, parent: SpanContext | None) -> None:
+    def _emit(self, end: dict[str, Any], turn: TurnRecord, parent: SpanContext | None,
+              root_trace_id: int | None) -> None:
         stop_reason = str(end["stopReason"])
         agent = end.get("agent")
         usage = end.get("usage") or {}
@@ -244,11 +274,11 @@ class TurnSpans:
             attributes[ERROR_TYPE] = stop_reason
         if self._capture_content and "lastAssistantMessage" in end:
             attributes[OUTPUT_MESSAGES] = output_messages(end["lastAssistantMessage"], stop_reason)
-        self._ids.span_id = span_id_of(end["runId"], int(end["turn"]))
-        context = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
-        span = self._tracer.start_span(
+        span = _start_planned(
+            self._tracer,
+            PlannedIds(span_id_of(end["runId"], int(end["turn"])), root_trace_id),
             f"invoke_agent {agent}" if agent else "invoke_agent",
-            context=context,
+            parent,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=_nanoseconds(turn.started_at),
@@ -287,11 +317,10 @@ def open_turn_spans(run: RunLookup, turn: TurnLookup, environ: Mapping[str, str]
     resource = Resource.create({})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "lastword"}))
-    ids = _PlannedIds()
-    provider = TracerProvider(resource=resource, id_generator=ids)
+    provider = TracerProvider(resource=resource, id_generator=_PlannedIdGenerator())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     capture = environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
-    return TurnSpans(provider, ids, run, turn, capture_content=capture)
+    return TurnSpans(provider, run, turn, capture_content=capture)
 
 
 async def run_or_none(lookup: Callable[[str], Awaitable[RunRecord]], run_id: str) -> RunRecord | None:

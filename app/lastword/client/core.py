@@ -563,8 +563,12 @@ def _retry_after(response: httpx.Response) -> float:
         return 0.0
 
 
-class LastwordClient:
-    """Synchronous client. Use as a context manager, or call :meth:`close`.
+Http = TypeVar("Http", httpx.Client, httpx.AsyncClient)
+Transport = TypeVar("Transport", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+class _Client(Generic[Http, Transport]):
+    """What both clients are made of: their options, written once, and an httpx client of their kind.
 
     ``retries``: how often a request is retried after a transport error or a 429/502/503/504,
     with exponential ``backoff``; ``timeout``: seconds per request (long polls get their wait on
@@ -581,10 +585,21 @@ class LastwordClient:
         backoff: float = 0.2,
         timeout: float = 30.0,
         reconnects: int | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self._core = _Core(token, retries, backoff, timeout, reconnects)
-        self._http = httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
+        self._http: Http = self._open(base_url, timeout, transport)
+
+    def _open(self, base_url: str, timeout: float, transport: Transport | None) -> Http:
+        raise NotImplementedError
+
+
+class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
+    """Synchronous client. Use as a context manager, or call :meth:`close`. Options: see
+    :class:`_Client` (``transport`` an ``httpx.BaseTransport``)."""
+
+    def _open(self, base_url: str, timeout: float, transport: httpx.BaseTransport | None) -> httpx.Client:
+        return httpx.Client(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
 
     def __enter__(self) -> LastwordClient:
         return self
@@ -822,23 +837,12 @@ class LastwordClient:
                         return
 
 
-class AsyncLastwordClient:
-    """Asynchronous client with the same methods as :class:`LastwordClient`, awaited."""
+class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
+    """Asynchronous client with the same methods and options as :class:`LastwordClient`, awaited
+    (``transport`` an ``httpx.AsyncBaseTransport``)."""
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        token: str | None = None,
-        retries: int = 5,
-        backoff: float = 0.2,
-        timeout: float = 30.0,
-        reconnects: int | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._core = _Core(token, retries, backoff, timeout, reconnects)
-        self._http = httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout,
-                                       transport=transport)
+    def _open(self, base_url: str, timeout: float, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=base_url, headers=self._core.headers, timeout=timeout, transport=transport)
 
     async def __aenter__(self) -> AsyncLastwordClient:
         return self

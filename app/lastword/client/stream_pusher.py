@@ -27,7 +27,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -94,27 +94,44 @@ class _Lines:
 
 
 AsyncSend = Callable[[AsyncIterator[bytes]], Awaitable[Any]]
+Send = Callable[[Iterator[bytes]], Any]
+Sender = TypeVar("Sender", AsyncSend, Send)
 
 
-class AsyncStreamPusher(AsyncPusherBase):
-    """Deltas of one run over one long-lived NDJSON request (see the module's docstring)."""
+class _StreamPusher(Generic[Sender]):
+    """What both stream pushers hold: how to send a request, their options (written once) and the
+    :class:`_Lines`. Each starts its own sender (a task or a thread) in :meth:`_start`."""
 
     def __init__(
-        self, send: AsyncSend, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
+        self, send: Sender, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
         attempts: int = 5, backoff: float = 0.2,
     ) -> None:
-        self._send = send
+        self._send: Sender = send
         self._idle_seconds = idle
         self._attempts = attempts
         self._backoff = backoff
         self._lines = _Lines(roll_events, roll_bytes)
+        self._closed = False
+        #: Requests sent (a retried one counts again).
+        self.requests = 0
+        self._start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _raise_failure(self) -> None:
+        if self._lines.error is not None:
+            raise self._lines.error
+
+
+class AsyncStreamPusher(_StreamPusher[AsyncSend], AsyncPusherBase):
+    """Deltas of one run over one long-lived NDJSON request (see the module's docstring)."""
+
+    def _start(self) -> None:
         self._wake = asyncio.Event()
         self._done = asyncio.Event()  # set while everything pushed is acknowledged
         self._done.set()
-        self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._sender())
-        #: Requests sent (a retried one counts again).
-        self.requests = 0
 
     def push_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Queue session events; each gets an ``eventId`` now unless it has one."""
@@ -133,10 +150,6 @@ class AsyncStreamPusher(AsyncPusherBase):
             self._wake.set()
         await self._done.wait()
         self._raise_failure()
-
-    def _raise_failure(self) -> None:
-        if self._lines.error is not None:
-            raise self._lines.error
 
     async def _body(self) -> AsyncIterator[bytes]:
         lines = self._lines
@@ -178,24 +191,11 @@ class AsyncStreamPusher(AsyncPusherBase):
                 self._done.set()
 
 
-Send = Callable[[Iterator[bytes]], Any]
-
-
-class StreamPusher(ThreadPusherBase):
+class StreamPusher(_StreamPusher[Send], ThreadPusherBase):
     """The same as :class:`AsyncStreamPusher` for the synchronous client: a thread sends."""
 
-    def __init__(
-        self, send: Send, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
-        attempts: int = 5, backoff: float = 0.2,
-    ) -> None:
-        self._send = send
-        self._idle_seconds = idle
-        self._attempts = attempts
-        self._backoff = backoff
-        self._lines = _Lines(roll_events, roll_bytes)
-        self._closed = False
+    def _start(self) -> None:
         self._changed = threading.Condition()
-        self.requests = 0
         self._thread = threading.Thread(target=self._sender, name="lastword-stream-pusher", daemon=True)
         self._thread.start()
 
@@ -219,10 +219,6 @@ class StreamPusher(ThreadPusherBase):
             while not self._lines.idle and self._lines.error is None:
                 self._changed.wait()
             self._raise_failure()
-
-    def _raise_failure(self) -> None:
-        if self._lines.error is not None:
-            raise self._lines.error
 
     def _body(self) -> Iterator[bytes]:
         lines = self._lines

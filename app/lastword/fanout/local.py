@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from lastword.fanout.hub import Hub
 from lastword.rules.records import StoredEvent
+from lastword.store.notices import Notice, StreamNotice
 from lastword.store.protocols import Feed, RunLog
 from lastword.store.writes import LIVE_TYPES
 
 if TYPE_CHECKING:
-    from lastword.fanout.notify import Notice, NoticeListener, StreamNotice
+    from lastword.fanout.notify import NoticeListener
 
 
 def _nobody(_name: str) -> None:
@@ -106,8 +107,6 @@ class NoticeFanout(Fanout):
         subscriber or a ``?wait=`` waiter, or the firehose when it has subscribers or a join waits.
         Each run and stream named is also passed on to the Durable Streams readers' wake-ups.
         """
-        from lastword.fanout.notify import StreamNotice
-
         notices: list[Notice] = []
         for notice in received:
             if isinstance(notice, StreamNotice):

@@ -25,60 +25,13 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
-import orjson
+from lastword.store.notices import Notice, StreamNotice, parse_notice
 
 log = logging.getLogger("lastword")
 
-#: The longest notice payload sent, in bytes (PostgreSQL refuses 8000 or more).
-MAX_PAYLOAD = 4000
 #: Seconds to connect, or to answer the health check, before the connection counts as lost.
 CONNECT_TIMEOUT = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """A transaction committed ``first_seq..last_seq`` of a run (and feed id ``feed_id``)."""
-
-    run_id: str
-    first_seq: int
-    last_seq: int
-    feed_id: int | None = None
-
-    def payload(self) -> str:
-        return orjson.dumps(
-            {"run": self.run_id, "first": self.first_seq, "last": self.last_seq, "feed": self.feed_id}
-        ).decode()
-
-    @classmethod
-    def parse(cls, payload: str) -> Notice:
-        data: dict[str, Any] = orjson.loads(payload)
-        feed = data.get("feed")
-        return cls(str(data["run"]), int(data["first"]), int(data["last"]), None if feed is None else int(feed))
-
-
-@dataclass(frozen=True, slots=True)
-class StreamNotice:
-    """A transaction changed the Durable Stream at ``path`` (SPEC §17): its readers read again.
-
-    A path too long for a notice (PostgreSQL takes payloads under 8000 bytes) is sent as None:
-    some stream changed, and every parked reader reads again."""
-
-    path: str | None
-
-    def payload(self) -> str:
-        text = orjson.dumps({"ds": self.path}).decode()
-        return text if len(text.encode()) <= MAX_PAYLOAD else orjson.dumps({"ds": None}).decode()
-
-
-def parse_notice(payload: str) -> Notice | StreamNotice:
-    """A notice's payload as the notice it is: a stream's names its path, a run's its seq range."""
-    data: dict[str, Any] = orjson.loads(payload)
-    if "ds" in data:
-        return StreamNotice(None if data["ds"] is None else str(data["ds"]))
-    return Notice.parse(payload)
 
 
 class NoticeListener:

@@ -11,7 +11,7 @@ from lastword.store.base import (
     StoredEvent,
     TurnRecord,
 )
-from lastword.store.protocols import Feed, Lifetime, Outbox, Retention, RunLog, Stats, Streams
+from lastword.store.protocols import Feed, Lifetime, Outbox, Ping, Retention, RunLog, Stats, Streams
 
 __all__ = [
     "AppendOutcome",
@@ -19,6 +19,7 @@ __all__ = [
     "Feed",
     "Lifetime",
     "Outbox",
+    "Ping",
     "Retention",
     "RunLog",
     "Stats",

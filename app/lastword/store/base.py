@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from lastword.rules.records import AppendOutcome, EndOutcome, RunRecord, RunSpec, StoredEvent, TurnRecord
-from lastword.store.protocols import Feed, Lifetime, Outbox, Retention, RunLog, Stats, Streams
+from lastword.store.protocols import Feed, Lifetime, Outbox, Ping, Retention, RunLog, Stats, Streams
 
 __all__ = [
-    "AppendOutcome", "EndOutcome", "Feed", "Lifetime", "Outbox", "Retention", "RunLog", "RunSpec", "RunRecord",
+    "AppendOutcome", "EndOutcome", "Feed", "Lifetime", "Outbox", "Ping", "Retention", "RunLog", "RunSpec", "RunRecord",
     "Stats", "Store", "StoredEvent", "Streams", "TurnRecord",
 ]
 

@@ -15,7 +15,8 @@ brings what only PostgreSQL does:
 * **Notices.** Inside the writing transaction a ``pg_notify`` names the run, the ``seq`` range
   and the feed id it committed (a few hundred bytes, far below the 8000-byte limit). PostgreSQL
   delivers it to every listening replica when, and only if, the transaction commits, in commit
-  order; :mod:`lastword.fanout.notify` listens and the service reads what it needs from the log.
+  order (:mod:`lastword.store.notices` says what a notice holds); :mod:`lastword.fanout.notify`
+  listens and the service reads what it needs from the log.
 * **Schema at start-up** under an advisory lock, so replicas that start together create or
   upgrade it one after the other.
 
@@ -45,9 +46,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
-from lastword.fanout.notify import Notice, StreamNotice
 from lastword.store import schema as ddl
 from lastword.store.migrations import upgrade_schema
+from lastword.store.notices import Notice, StreamNotice
 from lastword.store.dialect import insert_event_rows
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.sql import SqlStore

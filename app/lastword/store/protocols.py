@@ -28,18 +28,22 @@ from lastword.rules.records import (
 from lastword.rules.stop_reasons import StopReason
 
 
-class Lifetime(Protocol):
-    """Opening, closing and reaching the database."""
+class Ping(Protocol):
+    """Reaching the database (readiness), without the power to open or close it."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`lastword.errors.Unavailable` when the database cannot be reached."""
+
+
+class Lifetime(Ping, Protocol):
+    """Opening, closing and reaching the database: the composition root's part."""
 
     @abc.abstractmethod
     async def open(self) -> None: ...
 
     @abc.abstractmethod
     async def close(self) -> None: ...
-
-    @abc.abstractmethod
-    async def ping(self) -> None:
-        """Raise :class:`lastword.errors.Unavailable` when the database cannot be reached."""
 
 
 class RunLog(Protocol):

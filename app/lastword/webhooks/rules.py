@@ -1,10 +1,11 @@
 """Webhooks (SPEC §14): what a delivery is, independent of how it is stored or sent.
 
 A run created with ``webhook: {url, secret?}`` has each ``subagent/end`` POSTed to ``url`` in the
-Standard Webhooks form. This module holds the rules: which targets are allowed, the payload, the
-stable ``webhook-id``, the signature headers, the backoff between attempts and when a delivery
-gives up. The outbox rows live in :mod:`lastword.store.outbox`; the sender that works through
-them is :mod:`lastword.webhooks.sender`.
+Standard Webhooks form. This module holds the rules: which targets are allowed, the signature
+headers, the backoff between attempts and when a delivery gives up. The payload and the stable
+``webhook-id``, which the store writes in the end's transaction, are
+:mod:`lastword.rules.webhook_payload`'s; the outbox rows live in :mod:`lastword.store.outbox`; the
+sender that works through them is :mod:`lastword.webhooks.sender`.
 
 Choices made here:
 
@@ -31,7 +32,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import orjson
 from standardwebhooks.webhooks import Webhook
 
 from lastword.errors import InvalidWebhook
@@ -47,7 +47,6 @@ from lastword.webhooks.addresses import (
 RESPONSE_EXCERPT = 200
 SECRET_PREFIX = "whsec_"
 MAX_RETRY_DELAY_SECONDS = 3600.0
-EVENT_TYPE = "subagent.end"
 #: Longest a webhook host's lookup may take at creation before the run is created unjudged
 #: (its deliveries are still checked).
 RESOLVE_SECONDS = 5.0
@@ -142,16 +141,6 @@ def _is_secret(secret: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return len(key) > 0
-
-
-def webhook_id(run_id: str, turn: int) -> str:
-    """The delivery's id: stable across its retries, unique since run ids are never reused."""
-    return f"msg_{run_id}_{turn}"
-
-
-def payload(end: dict[str, Any]) -> str:
-    """The body POSTed for one ``subagent/end`` event, as the run's stream serves it."""
-    return orjson.dumps({"type": EVENT_TYPE, "timestamp": end["endedAt"], "data": end}).decode()
 
 
 def headers(message_id: str, body: str, secret: str | None, now: float) -> dict[str, str]:
