@@ -72,6 +72,10 @@ STORE_BATCH = 1000
 SLICE_SECONDS = 0.005
 #: A staged event bigger than this is handed to the store with its ``source`` as text (_SourceText).
 LAZY_SOURCE = 64 * 1024
+#: Staged JSON up to which the chunks are kept as values too, and read back without parsing
+#: their JSON: about six times its size as dicts, so a body's chunks cost at most some 6 MB
+#: more, and a typical model call's body (a few thousand deltas) is read back for nothing.
+KEEP_BYTES = 1024 * 1024
 #: Staged bytes gathered before they are written to the staging file.
 _PENDING = 64 * 1024
 #: Most staged bytes :meth:`Staging.batches` reads and parses at once (one event may be more).
@@ -213,6 +217,9 @@ class Staging:
         self._ends = array.array("q")
         #: By position: ``(suffix, head bytes, tail bytes)`` of an event staged apart.
         self._apart: dict[int, tuple[bytes, int, int]] = {}
+        #: By position: the chunks staged while the staged bytes were at most :data:`KEEP_BYTES`,
+        #: as values too (None once the body is past it: the values are let go).
+        self._kept: dict[int, dict[str, Any]] | None = {}
 
     def __enter__(self) -> Staging:
         return self
@@ -278,6 +285,13 @@ class Staging:
         if len(self._pending) >= _PENDING:
             self._write()
         self._ends.append(self._written + len(self._pending))
+        if self._kept is not None:
+            if self._ends[-1] <= KEEP_BYTES:
+                # A fresh dict of strings and of the provider event orjson read, which the
+                # adapter does not change: what reading its JSON back would make.
+                self._kept[self.count] = event
+            else:
+                self._kept = None
         self.count += 1
 
     def _write(self, *parts: bytes | memoryview) -> None:
@@ -328,7 +342,11 @@ class Staging:
         run[0] = ord("[")
         self._file.readinto(memoryview(run)[1:])
         run[-1] = ord("]")
-        events.extend(orjson.loads(run))
+        kept = self._kept
+        if kept is not None and all(at in kept for at in range(position, end)):
+            events.extend([kept.pop(at) for at in range(position, end)])
+        else:
+            events.extend(orjson.loads(run))
         text = run.decode()
         ascii_only = len(text) == len(run)  # then character offsets are byte offsets
         offset = start - 1  # run[i] is staged byte offset + i
