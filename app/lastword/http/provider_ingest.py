@@ -12,7 +12,8 @@ Memory. Each event is checked (§4 rules, nesting, size) and encoded as the adap
 and only its JSON is staged (:class:`Staging`): up to :data:`SPOOL_BYTES` in memory, the rest in
 a temporary file, so what a body costs is not its number of events times the size of a Python
 dict. The store reads the staged JSON back a batch of :data:`STORE_BATCH` events at a time,
-all in one transaction. A message's source (a tool call's input deltas: most of such a body)
+all in one transaction (a body's first megabyte of chunks is kept as values too: most bodies
+are smaller, and then nothing is parsed twice). A message's source (a tool call's input deltas: most of such a body)
 is staged from its one buffer and read back into the buffer of the stored text (:class:`Staging`).
 A 16 MB body of one-character deltas used to raise the server's peak memory by twenty times its
 size; the test that measures it (``tests/test_provider_memory.py``) holds every shape of body,
@@ -190,7 +191,8 @@ async def _one(body: bytes) -> AsyncIterator[bytes]:
 
 class Staging:
     """The encoded events of one body until the body ends: each checked as it is made, then only
-    its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file.
+    its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file (and the
+    chunks of the first :data:`KEEP_BYTES` as values too, read back without a parse).
 
     The staged bytes are the events' JSON, each followed by a comma; where each ends is kept
     aside (eight bytes an event), so :meth:`batches` reads a run of events back with one read
