@@ -14,7 +14,6 @@ A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -34,8 +33,6 @@ from lastword.settings import Settings
 
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 _RUN_ID = re.compile(RUN_ID_PATTERN)
-#: Made events pending behind an append in progress before reading waits for it.
-_MOST_PENDING = 2000
 
 
 class _Answer:
@@ -64,22 +61,20 @@ async def ingest_cli_stream(
                 try:
                     writer.add(index, adapter.feed(index, _object(line, index)))
                 except LastwordError:
-                    await writer.drain()  # the lines before the bad one stay stored
+                    await writer.flush()  # the lines before the bad one stay stored
                     raise
-            writer.flush()
-            await writer.wait_room()
+            await writer.flush()
     except ClientDisconnect:
         # What came is stored; the message being assembled waits for the body sent again.
-        await writer.drain()
+        await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
     except LastwordError:  # a line not JSON, holding an inexact integer, or not the format
-        await writer.drain()
+        await writer.flush()
         raise
     if adapter.lines_read == 0:
-        await writer.drain()
         raise EmptyBatch("the body holds no line", index=0)
     writer.add(adapter.lines_read - 1, adapter.finish())
-    await writer.drain()
+    await writer.flush()
     answer: dict[str, Any] = {"accepted": writer.answer.accepted, "duplicates": writer.answer.duplicates,
                               "lastSeq": writer.answer.last_seq}
     stop = adapter.stop
@@ -91,15 +86,7 @@ async def ingest_cli_stream(
 
 
 class _Writer:
-    """Stores what the adapter made, in order, one append per run and stretch of events.
-
-    The append of what a body piece made goes on while the next piece is read and translated
-    (one append at a time, in order): what comes meanwhile waits for it and goes with the next.
-    Awaiting each append before reading on made a run's body take one store round trip per
-    piece (a Claude Code run's lines are three times the size of its events), and a body that
-    comes faster than the store takes it now makes fewer, larger appends. After a failed append
-    nothing more is stored: the problem is the request's answer.
-    """
+    """Stores what the adapter made, in order, one append per run and stretch of events."""
 
     def __init__(self, service: RunService, run_id: str, limit: int, answer: _Answer) -> None:
         self.service = service
@@ -108,57 +95,13 @@ class _Writer:
         self.answer = answer
         self.pending: list[tuple[int, Made]] = []
         self.children: set[str] = set()
-        self._storing: asyncio.Task[None] | None = None
-        self._failed = False
 
     def add(self, index: int, made: list[Made]) -> None:
         for item in made:
             self.pending.append((index, item))
 
-    def flush(self) -> None:
-        """Start storing what is pending, unless an append is in progress (it follows that one)."""
-        if self._storing is None:
-            self._start()
-
-    async def drain(self) -> None:
-        """Store everything pending, after the append in progress; raise a failed append's problem."""
-        while self._storing is not None or (self.pending and not self._failed):
-            if self._storing is None:
-                self._start()
-            await self._settle()
-
-    async def wait_room(self) -> None:
-        """Wait for the append in progress when too much is pending (the body outruns the store)."""
-        if len(self.pending) >= _MOST_PENDING and self._storing is not None:
-            await self._settle()
-            self._start()
-
-    async def _settle(self) -> None:
-        """Wait for the append in progress (there may be none: a failed start stores nothing)."""
-        storing, self._storing = self._storing, None
-        if storing is None:
-            return
-        try:
-            await storing
-        except BaseException:
-            self._failed = True
-            raise
-
-    def _start(self) -> None:
-        if self.pending and not self._failed:
-            pending, self.pending = self.pending, []
-            self._storing = asyncio.ensure_future(self._store_all(pending))
-            self._storing.add_done_callback(self._stored)
-
-    def _stored(self, task: asyncio.Task[None]) -> None:
-        if task is not self._storing:
-            return  # awaited by drain or wait_room
-        if task.cancelled() or task.exception() is not None:
-            return  # left for drain to raise
-        self._storing = None
-        self._start()  # what came meanwhile
-
-    async def _store_all(self, pending: list[tuple[int, Made]]) -> None:
+    async def flush(self) -> None:
+        pending, self.pending = self.pending, []
         start = 0
         while start < len(pending):
             child = pending[start][1].child
