@@ -19,7 +19,7 @@ index and the field's path), never stored as a float.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
@@ -46,6 +46,19 @@ def provider_event(value: Any, index: int) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidProviderEvent(f"event {index} is not a JSON object", index=index)
     return value
+
+
+def provider_objects(values: Iterable[tuple[int, Any]]) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
+    """The numbered values as provider events, up to the first that cannot be read (from
+    ``values`` as they are made) or is not an object, and then its problem: a reader hands on
+    the events before it first, so the problem of an earlier one comes first."""
+    batch = []
+    try:
+        for index, value in values:
+            batch.append((index, provider_event(value, index)))
+    except LastwordError as problem:
+        return batch, problem
+    return batch, None
 
 
 def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = False) -> Any:
@@ -143,8 +156,12 @@ async def provider_event_batches(
     generator per piece, not per event). At an event that cannot be read, the events before it
     come first, then the problem."""
     if framing in ("json", "ndjson"):
-        async for batch in (json_array(pieces) if framing == "json" else json_lines(pieces)):
-            yield [(index, provider_event(value, index)) for index, value in batch]
+        async for values in (json_array(pieces) if framing == "json" else json_lines(pieces)):
+            batch, problem = provider_objects(values)
+            if batch:
+                yield batch
+            if problem is not None:
+                raise problem
         return
     index = 0
     line_decoder = SSELineDecoder()
@@ -155,16 +172,13 @@ async def provider_event_batches(
             continue
         # One search of the piece's data for a run of 19 digits, not one per event.
         exact = not may_hold_inexact("\n".join(found))
-        batch = []
-        for message in found:
-            try:
-                batch.append((index, provider_event(loads(message, index, exact=exact), index)))
-            except LastwordError:
-                if batch:
-                    yield batch
-                raise
-            index += 1
-        yield batch
+        batch, problem = provider_objects(
+            (at, loads(message, at, exact=exact)) for at, message in enumerate(found, index))
+        index += len(found)
+        if batch:
+            yield batch
+        if problem is not None:
+            raise problem
     # As the SSE standard says, a message not closed by a blank line when the body ends
     # is incomplete, and is dropped (so is httpx-sse's EventSource).
 

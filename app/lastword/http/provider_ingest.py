@@ -44,7 +44,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import ADAPTERS
-from lastword.adapters.framing import FRAMINGS, provider_event, provider_event_batches
+from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
     EmptyBatch,
@@ -170,17 +170,13 @@ async def _provider_events(
         except MalformedJson as error:
             error.extra.setdefault("index", index)  # the first event of the slice that holds the fault
             raise
-        batch = []
-        for item in items:
-            try:
-                batch.append((index, provider_event(item, index)))
-            except LastwordError:
-                if batch:
-                    yield batch  # the events before it first, as they come
-                raise
-            index += 1
+        batch, problem = provider_objects(enumerate(items, index))
+        index += len(items)
         del items
-        yield batch
+        if batch:
+            yield batch
+        if problem is not None:
+            raise problem
         del batch
         await asyncio.sleep(0)
 
