@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from httpx_sse._decoders import SSEDecoder
 from lastword.adapters.framing import provider_events
 from lastword.errors import BadRequest, Unprocessable
 
@@ -60,3 +62,43 @@ def test_problems_name_the_event() -> None:
     with pytest.raises(BadRequest) as not_utf8:
         read(b'data: {"type": "\xff"}\n\n', [])
     assert not_utf8.value.code == "invalid_utf8"
+
+
+#: Lines of every kind the SSE standard names, data that spans lines, and near misses of ``data``.
+SSE_LINES = ['data: {"a": 1}', 'data:{"b": 2}', 'data:  {"c": 3}', "data", "data:", "data: ", 'data: {"d":',
+             "data: 4}", "data: [DONE]", "event: x", "id: 7", "retry: 5", ": a comment", 'dat: {"e": 5}',
+             'database: {"f": 6}', 'data {"g": 7}', 'DATA: {"h": 8}', "", ""]
+
+
+def httpx_sse_reading(lines: list[str]) -> list[tuple[int, Any]] | int:
+    """What the body's events are as httpx-sse's own message decoder reads its lines: the events,
+    or the index of the first one that is not a JSON object."""
+    decoder, found = SSEDecoder(), []
+    for line in lines:
+        message = decoder.decode(line)
+        if message is not None and message.data and message.data != "[DONE]":
+            found.append(message.data)
+    events = []
+    for index, data in enumerate(found):
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return index
+        if not isinstance(value, dict):
+            return index
+        events.append((index, value))
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.sampled_from(SSE_LINES), max_size=24), cuts=st.lists(st.integers(0, 400), max_size=6))
+def test_sse_data_is_read_as_httpx_sse_reads_it(lines: list[str], cuts: list[int]) -> None:
+    """The messages' data, gathered from the lines here, is what httpx-sse's message decoder makes of them."""
+    body = "".join(line + "\n" for line in lines).encode()
+    expected = httpx_sse_reading(lines)
+    if isinstance(expected, int):
+        with pytest.raises((BadRequest, Unprocessable)) as problem:
+            read(body, [cut for cut in cuts if cut <= len(body)])
+        assert problem.value.extra["index"] == expected
+    else:
+        assert read(body, [cut for cut in cuts if cut <= len(body)]) == expected

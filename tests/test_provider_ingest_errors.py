@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
 
 from tests.api_helpers import PROBLEM_JSON, create, logged, shared_api, shared_base_url  # noqa: F401
@@ -112,3 +113,15 @@ def test_a_longer_retry_of_a_cut_off_message_conflicts(shared_api: httpx.Client)
     again = post(shared_api, run["runId"], "anthropic", sse(whole))
     assert again.status_code == 409 and again.json()["code"] == "event_id_conflict"
     assert logged(shared_api, run["runId"]) == before
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-ndjson"])
+def test_the_first_of_two_faults_is_named(shared_api: httpx.Client, content_type: str) -> None:  # noqa: F811
+    """A body whose event 1 is refused by the format and whose event 2 is not an object names event 1."""
+    events = [{"type": "ping"}, {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}]
+    body = (orjson.dumps([*events, 3]) if content_type == "application/json"
+            else b"".join(orjson.dumps(event) + b"\n" for event in events) + b"3\n")
+    run = create(shared_api)
+    response = post(shared_api, run["runId"], "anthropic", body, content_type)
+    assert response.status_code == 422, response.text
+    assert response.json()["index"] == 1, response.text

@@ -113,17 +113,18 @@ class AnthropicAdapter(ProviderAdapter):
         return self._stop
 
     def feed(self, index: int, event: Event) -> list[Event]:
-        self.read(event)
-        kind = event.get("type")
-        if kind == "content_block_delta" and not self._stopped:
+        if event.get("type") == "content_block_delta" and not self._stopped:
             # The hot path (most of a stream): a text delta of a started text block.
             delta, at = event.get("delta"), event.get("index")
             block = self._blocks.get(at) if type(at) is int else None
             if (block is not None and type(delta) is dict and delta.get("type") == "text_delta"
                     and type(text := delta.get("text")) is str and block.start["type"] == "text"):
+                # A started block means message_start came, so the id's base is known (read()
+                # would only count the event).
+                self.events_read += 1
                 block.parts.append(text)
-                # A started block means message_start came, so the id's base is known.
                 return [chunk("text", text, f"{self._base}:{index}", {"format": "anthropic", "events": [event]})]
+        self.read(event)
         kind = self.need(index, event, "type", str)
         if kind == "ping":
             return []

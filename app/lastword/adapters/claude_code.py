@@ -92,6 +92,10 @@ class ClaudeCodeAdapter(CliAdapter):
     # -- lines -------------------------------------------------------------------------------
 
     def feed(self, index: int, line: Event) -> list[Made]:
+        if line.get("type") == "stream_event" and self._session is not None:
+            made = self._delta(line)
+            if made is not None:
+                return made
         self.lines_read += 1
         kind = self.need_str(index, line, "type")
         session = line.get("session_id")
@@ -113,6 +117,30 @@ class ClaudeCodeAdapter(CliAdapter):
         if kind == "system":
             return self._system(index, line, event_id)
         return [self.extension(kind, event_id, line, parent and self._context(parent).child)]
+
+    def _delta(self, line: Event) -> list[Made] | None:
+        """The hot path (most lines of a run): a text or thinking delta in a line with its own
+        ``uuid``, read as :meth:`feed` reads it; ``None`` for any other line, which then takes
+        the general path (the session is known, so the line cannot be the one that names it)."""
+        event, line_id, parent = line.get("event"), line.get("uuid"), line.get("parent_tool_use_id")
+        if type(event) is not dict or event.get("type") != "content_block_delta" or type(line_id) is not str \
+                or not line_id or (parent is not None and type(parent) is not str):
+            return None
+        delta = event.get("delta")
+        if type(delta) is not dict:
+            return None
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text, block = delta.get("text"), "text"
+        elif kind == "thinking_delta":
+            text, block = delta.get("thinking"), "reasoning"
+        else:
+            return None
+        if type(text) is not str:
+            return None
+        self.lines_read += 1
+        context = self._contexts.get(parent) or self._context(parent)
+        return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
 
     def finish(self) -> list[Made]:
         made: list[Made] = []

@@ -4,10 +4,10 @@ Each yields ``(index, event)`` as the body streams in, ``index`` counting the ev
 (array items, non-blank lines, SSE messages with data). A body that is not JSON where JSON
 belongs is refused with 400 naming that index; an event that is not a JSON object with 422.
 
-The ``text/event-stream`` body is parsed by httpx-sse (the parser of the SSE client that the
-rest of lastword's tooling uses): the body pieces are handed to its line and message decoders,
-so lines split across pieces, ``\\r\\n`` endings and multi-line ``data:`` fields are its
-business, not ours. Its ``event:`` names are not used: Anthropic and OpenAI
+The ``text/event-stream`` body is split into lines by httpx-sse's line decoder (of the SSE
+client that the rest of lastword's tooling uses), so lines split across pieces and ``\\r\\n``
+endings are its business, not ours; the messages' ``data`` is gathered from the lines here, by
+the rules of its message decoder (:func:`_sse_data`). ``event:`` names are not used: Anthropic and OpenAI
 repeat the name as the data's ``type``, and ACP has none. A ``data: [DONE]`` sentinel is
 skipped. UTF-8 is decoded strictly: a bad byte is a 400, not a replacement character.
 
@@ -19,15 +19,15 @@ index and the field's path), never stored as a float.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
 
-# httpx-sse's own incremental decoders, driven piece by piece: its public ``EventSource``
+# httpx-sse's own incremental line decoder, driven piece by piece: its public ``EventSource``
 # wants an ``httpx.Response``, and wrapping the body in one cost a sixth of the adapter's time
 # (a chain of async generators per line). The version is pinned below 0.5 in pyproject.toml.
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from httpx_sse._decoders import SSELineDecoder
 
 from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, MalformedJson
 from lastword.rules.exact_ints import check_exact, may_hold_inexact
@@ -46,6 +46,19 @@ def provider_event(value: Any, index: int) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidProviderEvent(f"event {index} is not a JSON object", index=index)
     return value
+
+
+def provider_objects(values: Iterable[tuple[int, Any]]) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
+    """The numbered values as provider events, up to the first that cannot be read (from
+    ``values`` as they are made) or is not an object, and then its problem: a reader hands on
+    the events before it first, so the problem of an earlier one comes first."""
+    batch = []
+    try:
+        for index, value in values:
+            batch.append((index, provider_event(value, index)))
+    except LastwordError as problem:
+        return batch, problem
+    return batch, None
 
 
 def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = False) -> Any:
@@ -130,26 +143,66 @@ async def body_text(pieces: AsyncIterator[bytes]) -> AsyncIterator[str]:
 
 
 async def provider_events(pieces: AsyncIterator[bytes], framing: str) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """The body's events one at a time (see :func:`provider_event_batches`)."""
+    async for batch in provider_event_batches(pieces, framing):
+        for item in batch:
+            yield item
+
+
+async def provider_event_batches(
+    pieces: AsyncIterator[bytes], framing: str
+) -> AsyncIterator[list[tuple[int, dict[str, Any]]]]:
+    """The body's events, in lists of those each body piece completes (one step of an async
+    generator per piece, not per event). At an event that cannot be read, the events before it
+    come first, then the problem."""
     if framing in ("json", "ndjson"):
-        async for batch in (json_array(pieces) if framing == "json" else json_lines(pieces)):
-            for index, value in batch:
-                yield index, provider_event(value, index)
-    else:
-        index = 0
-        line_decoder, messages = SSELineDecoder(), SSEDecoder()
-        async for text in body_text(pieces):
-            for event in _sse_events(line_decoder.decode(text), messages):
-                yield index, provider_event(loads(event, index), index)
-                index += 1
-        # As the SSE standard says, a message not closed by a blank line when the body ends
-        # is incomplete, and is dropped (so is httpx-sse's EventSource).
+        async for values in (json_array(pieces) if framing == "json" else json_lines(pieces)):
+            batch, problem = provider_objects(values)
+            if batch:
+                yield batch
+            if problem is not None:
+                raise problem
+        return
+    index = 0
+    line_decoder = SSELineDecoder()
+    data: list[str] = []  # the data lines of the message being read
+    async for text in body_text(pieces):
+        found = _sse_data(line_decoder.decode(text), data)
+        if not found:
+            continue
+        # One search of the piece's data for a run of 19 digits, not one per event.
+        exact = not may_hold_inexact("\n".join(found))
+        batch, problem = provider_objects(
+            (at, loads(message, at, exact=exact)) for at, message in enumerate(found, index))
+        index += len(found)
+        if batch:
+            yield batch
+        if problem is not None:
+            raise problem
+    # As the SSE standard says, a message not closed by a blank line when the body ends
+    # is incomplete, and is dropped (so is httpx-sse's EventSource).
 
 
-def _sse_events(lines: list[str], messages: SSEDecoder) -> list[str]:
-    """The ``data`` of the messages these lines complete (``[DONE]`` and empty data skipped)."""
+def _sse_data(lines: list[str], data: list[str]) -> list[str]:
+    """The ``data`` of the messages these lines complete (``[DONE]`` and empty data skipped);
+    ``data`` holds the data lines read of the message not yet complete.
+
+    The standard's field rules as httpx-sse's ``SSEDecoder`` applies them, kept to the one
+    field used here (a line per call of its decoder was a tenth of the adapter's time): a
+    ``data`` field is a line ``data`` or ``data:<value>`` (one leading space of the value
+    dropped); a blank line completes the message, its data the data lines joined by newlines;
+    comments and every other field are ignored."""
     found = []
     for line in lines:
-        message = messages.decode(line)
-        if message is not None and message.data and message.data != "[DONE]":
-            found.append(message.data)
+        if not line:
+            if data:
+                message = data[0] if len(data) == 1 else "\n".join(data)
+                data.clear()
+                if message and message != "[DONE]":
+                    found.append(message)
+        elif line.startswith("data"):
+            if len(line) == 4:
+                data.append("")
+            elif line[4] == ":":
+                data.append(line[6:] if line.startswith(" ", 5) else line[5:])
     return found

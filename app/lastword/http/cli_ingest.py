@@ -97,7 +97,8 @@ class _Writer:
         self.children: set[str] = set()
 
     def add(self, index: int, made: list[Made]) -> None:
-        self.pending.extend((index, item) for item in made)
+        for item in made:
+            self.pending.append((index, item))
 
     async def flush(self) -> None:
         pending, self.pending = self.pending, []

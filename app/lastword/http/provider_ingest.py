@@ -12,7 +12,8 @@ Memory. Each event is checked (§4 rules, nesting, size) and encoded as the adap
 and only its JSON is staged (:class:`Staging`): up to :data:`SPOOL_BYTES` in memory, the rest in
 a temporary file, so what a body costs is not its number of events times the size of a Python
 dict. The store reads the staged JSON back a batch of :data:`STORE_BATCH` events at a time,
-all in one transaction. A message's source (a tool call's input deltas: most of such a body)
+all in one transaction (a body's first megabyte of chunks is kept as values too: most bodies
+are smaller, and then nothing is parsed twice). A message's source (a tool call's input deltas: most of such a body)
 is staged from its one buffer and read back into the buffer of the stored text (:class:`Staging`).
 A 16 MB body of one-character deltas used to raise the server's peak memory by twenty times its
 size; the test that measures it (``tests/test_provider_memory.py``) holds every shape of body,
@@ -30,6 +31,7 @@ terminal ``response`` object, which repeats the output).
 
 from __future__ import annotations
 
+import array
 import asyncio
 import re
 import tempfile
@@ -42,7 +44,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import ADAPTERS
-from lastword.adapters.framing import FRAMINGS, provider_event, provider_events
+from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
     EmptyBatch,
@@ -71,6 +73,14 @@ STORE_BATCH = 1000
 SLICE_SECONDS = 0.005
 #: A staged event bigger than this is handed to the store with its ``source`` as text (_SourceText).
 LAZY_SOURCE = 64 * 1024
+#: Staged JSON up to which the chunks are kept as values too, and read back without parsing
+#: their JSON: about six times its size as dicts, so a body's chunks cost at most some 6 MB
+#: more, and a typical model call's body (a few thousand deltas) is read back for nothing.
+KEEP_BYTES = 1024 * 1024
+#: Staged bytes gathered before they are written to the staging file.
+_PENDING = 64 * 1024
+#: Most staged bytes :meth:`Staging.batches` reads and parses at once (one event may be more).
+_RUN_BYTES = 1024 * 1024
 #: Room for the ``eventId`` of an event staged before its id was known (200 characters at most).
 _ID_ROOM = len(',"eventId":""') + 200
 
@@ -98,11 +108,12 @@ async def ingest_provider_stream(
         index = -1
         pause = time.perf_counter() + SLICE_SECONDS
         try:
-            async for index, raw in _provider_events(request, framing, limit):
-                staging.add(adapter.feed(index, raw), adapter.take_unnamed(), index)
-                if time.perf_counter() >= pause:
-                    await asyncio.sleep(0)  # the loop's turn: a body already received never waits
-                    pause = time.perf_counter() + SLICE_SECONDS
+            async for batch in _provider_events(request, framing, limit):
+                for index, raw in batch:
+                    staging.add(adapter.feed(index, raw), adapter.take_unnamed(), index)
+                    if time.perf_counter() >= pause:
+                        await asyncio.sleep(0)  # the loop's turn: a body already received never waits
+                        pause = time.perf_counter() + SLICE_SECONDS
         except ClientDisconnect:
             raise BadRequest("the body was cut off before its end; nothing was stored") from None
         if adapter.events_read == 0:
@@ -132,14 +143,16 @@ async def ingest_provider_stream(
     return answer
 
 
-async def _provider_events(request: Request, framing: str, limit: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-    """The body's provider events; a JSON array bigger than ``json_input.WHOLE_BYTES`` a slice at
-    a time (one ``orjson.loads`` of 16 MB holds the loop for a quarter of a second, and makes
-    every event's dict at once)."""
+async def _provider_events(
+    request: Request, framing: str, limit: int
+) -> AsyncIterator[list[tuple[int, dict[str, Any]]]]:
+    """The body's provider events, a list at a time; a JSON array bigger than
+    ``json_input.WHOLE_BYTES`` a slice at a time (one ``orjson.loads`` of 16 MB holds the loop
+    for a quarter of a second, and makes every event's dict at once)."""
     pieces = body_pieces(request, limit)
     if framing != "json":
-        async for item in provider_events(pieces, framing):
-            yield item
+        async for batch in provider_event_batches(pieces, framing):
+            yield batch
         return
     # Received into one growing buffer: a list of the pieces and their join would hold it twice.
     body = bytearray()
@@ -147,8 +160,8 @@ async def _provider_events(request: Request, framing: str, limit: int) -> AsyncI
         body += piece
     slices = json_input.array_slices(body) if len(body) > json_input.WHOLE_BYTES else None
     if slices is None:
-        async for item in provider_events(_one(bytes(body)), framing):
-            yield item
+        async for batch in provider_event_batches(_one(bytes(body)), framing):
+            yield batch
         return
     index = 0
     for piece in slices:
@@ -157,10 +170,14 @@ async def _provider_events(request: Request, framing: str, limit: int) -> AsyncI
         except MalformedJson as error:
             error.extra.setdefault("index", index)  # the first event of the slice that holds the fault
             raise
-        for item in items:
-            yield index, provider_event(item, index)
-            index += 1
+        batch, problem = provider_objects(enumerate(items, index))
+        index += len(items)
         del items
+        if batch:
+            yield batch
+        if problem is not None:
+            raise problem
+        del batch
         await asyncio.sleep(0)
 
 
@@ -170,21 +187,37 @@ async def _one(body: bytes) -> AsyncIterator[bytes]:
 
 class Staging:
     """The encoded events of one body until the body ends: each checked as it is made, then only
-    its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file.
+    its JSON kept, up to :data:`SPOOL_BYTES` in memory and the rest in a temporary file (and the
+    chunks of the first :data:`KEEP_BYTES` as values too, read back without a parse).
 
-    Each event is staged as a line ``<suffix> <head bytes> <tail bytes>`` and its JSON in two
-    parts: the tail is a big event's ``,"source":…}`` (a message's source is every raw event of
-    its tool calls' input: most of the body), written from its own encoding and read back
-    straight into the buffer of the stored text, so a big source is never copied whole more
-    than once at a time. An event still waiting for its id (made before the body named its
-    call) is staged without it, with its suffix; :meth:`batches` writes the id into its JSON
-    when the base is known.
+    The staged bytes are the events' JSON, each followed by a comma; where each ends is kept
+    aside (eight bytes an event), so :meth:`batches` reads a run of events back with one read
+    and parses it with one ``orjson.loads`` of ``[<run>]``: the text is orjson's own writing,
+    one value an event, so the array splits exactly where the events do. (Parsed one by one,
+    with a line of metadata each, reading back was the costliest part of the adapter's ingest.)
+
+    A few events are staged apart from the runs (:attr:`_apart`): a big event whose JSON is a
+    head and a tail, the tail its ``,"source":…}`` (a message's source is every raw event of its
+    tool calls' input: most of the body), written from its own encoding and read back straight
+    into the buffer of the stored text, so a big source is never copied whole more than once at
+    a time; and an event still waiting for its id (made before the body named its call), staged
+    without it, which :meth:`batches` writes into its JSON when the base is known.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.count = 0
         self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in __exit__
+        #: Staged bytes not yet written to the file (one write per :data:`_PENDING` bytes).
+        self._pending = bytearray()
+        self._written = 0
+        #: Where each staged event's bytes end (its comma included), from the first byte staged.
+        self._ends = array.array("q")
+        #: By position: ``(suffix, head bytes, tail bytes)`` of an event staged apart.
+        self._apart: dict[int, tuple[bytes, int, int]] = {}
+        #: By position: the chunks staged while the staged bytes were at most :data:`KEEP_BYTES`,
+        #: as values too (None once the body is past it: the values are let go).
+        self._kept: dict[int, dict[str, Any]] | None = {}
 
     def __enter__(self) -> Staging:
         return self
@@ -197,19 +230,22 @@ class Staging:
         those of them that wait for their id); refuse one that cannot be stored, naming ``origin``."""
         if not made:
             return
+        if len(made) == 1 and not unnamed and made[0]["type"] == "assistant/chunk":
+            self._add_chunk(made.pop(), origin)  # most events of a body
+            return
         checked = [event for event in made if event["type"] != "assistant/chunk"]
         if checked:
             # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
             _validate(checked, origin)
         del checked
-        waiting = {id(event): suffix for event, suffix in unnamed}
-        suffixes = [waiting.get(id(event)) for event in made]
+        waiting = {id(event): suffix for event, suffix in unnamed} if unnamed else {}
+        suffixes = [waiting.get(id(event)) for event in made] if waiting else [None] * len(made)
         unnamed.clear()  # (the caller's list, taken from the adapter for this call)
         made.reverse()
         for suffix in suffixes:
             # Popped, so a message (its source: most of the body) is let go once it is encoded.
             head, tail = _encoded(made.pop(), origin)
-            tail_size = sum(len(part) for part in tail)
+            tail_size = sum(len(part) for part in tail) if tail else 0
             # An id to come adds at most ``,"eventId":"<200 characters>"``.
             size = len(head) + tail_size + (0 if suffix is None else _ID_ROOM)
             if size > self.limit:
@@ -217,36 +253,117 @@ class Staging:
                     f"event {origin} makes an event of {size} bytes; the limit is {self.limit}",
                     index=origin, limit=self.limit,
                 )
-            if self._file.tell() + size > SPOOL_BYTES:
-                self._file.rollover()  # before a big write, not after it was copied into memory
-            self._file.write(b"%s %d %d\n" % (b"" if suffix is None else str(suffix).encode(), len(head), tail_size))
-            for part in (head, *tail):
-                self._file.write(part)
+            if suffix is not None or tail:
+                self._apart[self.count] = (b"" if suffix is None else str(suffix).encode(), len(head), tail_size)
+            if size > _PENDING:
+                self._write(head, *tail)
+            else:
+                self._pending += head
+                for part in tail:
+                    self._pending += part
+            self._pending += b","
+            if len(self._pending) >= _PENDING:
+                self._write()
+            self._ends.append(self._written + len(self._pending))
             self.count += 1
+
+    def _add_chunk(self, event: dict[str, Any], origin: int) -> None:
+        """:meth:`add` of one chunk with its id: no tail (see :func:`_encoded`), nothing apart."""
+        body = _storable(event, origin)
+        if len(body) > self.limit:
+            raise EventTooLarge(
+                f"event {origin} makes an event of {len(body)} bytes; the limit is {self.limit}",
+                index=origin, limit=self.limit,
+            )
+        if len(body) > _PENDING:
+            self._write(body)
+        else:
+            self._pending += body
+        self._pending += b","
+        if len(self._pending) >= _PENDING:
+            self._write()
+        self._ends.append(self._written + len(self._pending))
+        if self._kept is not None:
+            if self._ends[-1] <= KEEP_BYTES:
+                # A fresh dict of strings and of the provider event orjson read, which the
+                # adapter does not change: what reading its JSON back would make.
+                self._kept[self.count] = event
+            else:
+                self._kept = None
+        self.count += 1
+
+    def _write(self, *parts: bytes | memoryview) -> None:
+        """Write what is pending, then ``parts`` (a big event's, not copied into the pending bytes)."""
+        size = len(self._pending) + sum(len(part) for part in parts)
+        if self._written + size > SPOOL_BYTES:
+            self._file.rollover()  # before a big write, not after it was copied into memory
+        self._written += size
+        self._file.write(self._pending)
+        self._pending.clear()
+        for part in parts:
+            self._file.write(part)
 
     def batches(self, base: str, size: int) -> Iterator[tuple[list[dict[str, Any]], list[str]]]:
         """The staged events read back ``size`` at a time, as (events, their JSON), the ids of
         those that waited for one written in (their ``base`` is known now). Read in the store's
         worker thread, inside its transaction."""
+        self._write()
         self._file.seek(0)
-        events: list[dict[str, Any]] = []
-        encoded: list[str] = []
-        while meta := self._file.readline():
-            suffix, head_size, tail_size = meta.split(b" ")
-            head = self._file.read(int(head_size))
-            if suffix:  # it waited for its id: written first
-                head = b'{"eventId":' + orjson.dumps(f"{base}:{suffix.decode()}") + b"," + head[1:]
-            if int(tail_size):
-                event, text = self._with_tail(head, int(tail_size))
-            else:
-                event, text = orjson.loads(head), head.decode()
-            events.append(event)
-            encoded.append(text)
-            if len(events) == size:
-                yield events, encoded
-                events, encoded = [], []
-        if events:
+        position = 0
+        while position < self.count:
+            events: list[dict[str, Any]] = []
+            encoded: list[str] = []
+            last = min(position + size, self.count)
+            while position < last:
+                if position in self._apart:
+                    event, text = self._read_apart(position, base)
+                    events.append(event)
+                    encoded.append(text)
+                    position += 1
+                    continue
+                position = self._read_run(position, last, events, encoded)
             yield events, encoded
+
+    def _start(self, position: int) -> int:
+        return self._ends[position - 1] if position else 0
+
+    def _read_run(self, position: int, last: int, events: list[dict[str, Any]], encoded: list[str]) -> int:
+        """Read the events from ``position`` on, up to ``last``, the next one staged apart or
+        :data:`_RUN_BYTES`, whichever comes first (at least one); the position after them."""
+        start = self._start(position)
+        end = position + 1
+        while end < last and end not in self._apart and self._ends[end] - start <= _RUN_BYTES:
+            end += 1
+        size = self._ends[end - 1] - start
+        # ``[`` + the run, its last comma overwritten by ``]``: one array of the run's events.
+        run = bytearray(size + 1)
+        run[0] = ord("[")
+        self._file.readinto(memoryview(run)[1:])
+        run[-1] = ord("]")
+        kept = self._kept
+        if kept is not None and all(at in kept for at in range(position, end)):
+            events.extend([kept.pop(at) for at in range(position, end)])
+        else:
+            events.extend(orjson.loads(run))
+        text = run.decode()
+        ascii_only = len(text) == len(run)  # then character offsets are byte offsets
+        offset = start - 1  # run[i] is staged byte offset + i
+        for at in range(position, end):
+            begin, finish = self._start(at) - offset, self._ends[at] - 1 - offset
+            encoded.append(text[begin:finish] if ascii_only else run[begin:finish].decode())
+        return end
+
+    def _read_apart(self, position: int, base: str) -> tuple[dict[str, Any], str]:
+        suffix, head_size, tail_size = self._apart[position]
+        head = self._file.read(head_size)
+        if suffix:  # it waited for its id: written first
+            head = b'{"eventId":' + orjson.dumps(f"{base}:{suffix.decode()}") + b"," + head[1:]
+        if tail_size:
+            event, text = self._with_tail(head, tail_size)
+        else:
+            event, text = orjson.loads(head), head.decode()
+        self._file.seek(1, 1)  # its comma
+        return event, text
 
     def _with_tail(self, head: bytes, tail_size: int) -> tuple[dict[str, Any], str]:
         """A big event read back: its head parsed, its source kept as the text it is stored as."""
@@ -264,23 +381,28 @@ def _encoded(event: dict[str, Any], origin: int) -> tuple[bytes, list[bytes | me
     """``event``'s stored JSON as a head and the parts of a tail: the tail is ``,"source":…}``
     when the event is big and its source is its last field (the head then lacks its closing
     brace), else nothing. The parts are written one after the other, never joined."""
-    try:
-        source = event.get("source")
-        events = source.get("events") if isinstance(source, dict) else None
-        if isinstance(events, orjson.Fragment) and list(event)[-1] == "source":
-            # A message's raw events, kept as JSON (their nesting was checked as they were read).
-            head = storable_json({key: value for key, value in event.items() if key != "source"})
-            return head[:-1], [b',"source":', orjson.dumps(source), b"}"]
-        body = storable_json(event)
-    except LastwordError as error:
-        error.extra["index"] = origin
-        error.detail = f"event {origin} nests JSON too deeply to be stored"
-        raise
+    source = event.get("source")
+    events = source.get("events") if isinstance(source, dict) else None
+    if isinstance(events, orjson.Fragment) and list(event)[-1] == "source":
+        # A message's raw events, kept as JSON (their nesting was checked as they were read).
+        head = _storable({key: value for key, value in event.items() if key != "source"}, origin)
+        return head[:-1], [b',"source":', orjson.dumps(source), b"}"]
+    body = _storable(event, origin)
     if len(body) > LAZY_SOURCE and event["type"] != "assistant/chunk" and list(event)[-1] == "source":
         # Where its source begins: the store gets that part as text (_SourceText).
         split = len(storable_json({key: value for key, value in event.items() if key != "source"})) - 1
         return body[:split], [memoryview(body)[split:]]
     return body, []
+
+
+def _storable(event: dict[str, Any], origin: int) -> bytes:
+    """:func:`storable_json` of an event provider event ``origin`` made, naming it if refused."""
+    try:
+        return storable_json(event)
+    except LastwordError as error:
+        error.extra["index"] = origin
+        error.detail = f"event {origin} nests JSON too deeply to be stored"
+        raise
 
 
 def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
