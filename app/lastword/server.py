@@ -85,6 +85,11 @@ class _HeadersPastTheLimit(Exception):
     """Raised in a parser callback to stop the parse; answered 431 (see ``send_400_response``)."""
 
 
+def _chunked(data: bytes) -> bytes:
+    """One piece of a chunked body (RFC 9112 §7.1)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 class _DetachedBody:
     """An event stream's body, written to the connection below the ASGI chain (chunked, as
     uvicorn had announced in the headers); see :class:`lastword.http.sse.Line`."""
@@ -103,7 +108,15 @@ class _DetachedBody:
         if flow.write_paused and not self.closed:
             await flow.drain()  # released by the buffer draining, or by the connection's loss
         if not self.closed:
-            self._protocol.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            self._protocol.transport.write(_chunked(chunk))
+
+    def write_now(self, chunk: bytes) -> bool:
+        if self.closed:
+            return True  # the client has gone: there is nowhere to write, and the stream ends
+        if self._protocol.flow.write_paused:
+            return False
+        self._protocol.transport.write(_chunked(chunk))
+        return True
 
     def track(self, task: asyncio.Task[None]) -> None:
         tasks = self._protocol.tasks

@@ -25,7 +25,8 @@ the scope's extensions: lastword's own uvicorn protocol offers it) hands its bod
 connection's :class:`Line` and lets the request return: the messages go out from one small
 task straight to the transport, and the connection tells the stream when the client leaves.
 Under any other server (or a ``HEAD``, whose body is already complete) the response stays an
-ASGI response as described above.
+ASGI response as described above. Such a stream can also be written from outside its task
+(:meth:`EventStream.write_now`): the hub writes a waiting subscriber's events at once.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Line(Protocol):
     async def send(self, chunk: bytes) -> None:
         """Write ``chunk``; waits while the connection's write buffer is full. A no-op once the
         client has gone."""
+
+    def write_now(self, chunk: bytes) -> bool:
+        """Write ``chunk`` unless the connection's write buffer is full (``False``: nothing written)."""
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Count ``task`` as a request in flight (a drain waits for it)."""
@@ -116,6 +120,8 @@ class EventStream(Response):
         self._sending_since = 0.0
         self._listening = True
         self.cut_off = False
+        #: The connection's body while the stream writes below the ASGI chain.
+        self._line: Line | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         detach = scope.get("extensions", {}).get(DETACH)
@@ -126,6 +132,7 @@ class EventStream(Response):
             self._release()
             raise
         if line is not None:
+            self._line = line
             pump = asyncio.ensure_future(self._detached(line))
             line.track(pump)
             return
@@ -163,6 +170,14 @@ class EventStream(Response):
             self._listening = False
             self._on_disconnect()
 
+    def write_now(self, chunk: bytes) -> bool:
+        """Write ``chunk`` at once, from outside the stream's task, if that can be done without
+        waiting and without overtaking what the task is sending; ``False`` if not (nothing
+        written): only a stream below the ASGI chain, with no send of its own under way and
+        room in its connection's buffer, can."""
+        line = self._line
+        return line is not None and not self._sending_since and line.write_now(chunk)
+
     async def _through_asgi(self, send: Send) -> None:
         async def write(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -178,6 +193,7 @@ class EventStream(Response):
         except Exception:
             log.exception("an event stream failed")
         finally:
+            self._line = None
             if complete:
                 line.finish()
             else:
