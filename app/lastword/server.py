@@ -111,7 +111,7 @@ class _DetachedBody:
             self._protocol.transport.write(_chunked(chunk))
 
     def write_now(self, chunk: bytes) -> bool:
-        if self.closed:
+        if self.closed or self._protocol.transport.is_closing():
             return True  # the client has gone: there is nowhere to write, and the stream ends
         if self._protocol.flow.write_paused:
             return False
