@@ -238,6 +238,9 @@ class Hub:
     def __init__(self, buffer: int = 1000) -> None:
         self.buffer = buffer
         self._runs: dict[str, set[Subscription]] = defaultdict(set)
+        #: Per run, how many of its subscribers take each event type: an event none of them
+        #: takes (a chunk, to lifecycle-only streams) is not offered to each of them in turn.
+        self._wanted: dict[str, dict[str, int]] = defaultdict(dict)
         self._feeds: set[Subscription] = set()
         self._turn_ends: dict[str, set[Waiter]] = defaultdict(set)
         self._children_of: dict[str, set[Waiter]] = defaultdict(set)
@@ -267,6 +270,9 @@ class Hub:
     def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
         subscription = self._ended_if_draining(Subscription(self.buffer, types))
         self._runs[run_id].add(subscription)
+        wanted = self._wanted[run_id]
+        for type_ in types:
+            wanted[type_] = wanted.get(type_, 0) + 1
         return subscription
 
     def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
@@ -286,17 +292,23 @@ class Hub:
             self._feeds.discard(subscription)
             return
         subscribers = self._runs.get(run_id)
-        if subscribers is not None:
-            subscribers.discard(subscription)
+        if subscribers is not None and subscription in subscribers:
+            subscribers.remove(subscription)
+            wanted = self._wanted[run_id]
+            for type_ in subscription.types or ():
+                wanted[type_] -= 1
             if not subscribers:
                 del self._runs[run_id]
+                del self._wanted[run_id]
 
     def publish(self, events: Iterable[StoredEvent]) -> None:
         flush: list[Subscription] = []
         for event in events:
-            for subscription in self._runs.get(event.run_id, ()):
-                if subscription.offer(event):
-                    flush.append(subscription)
+            subscribers = self._runs.get(event.run_id)
+            if subscribers and self._wanted[event.run_id].get(event.type):
+                for subscription in subscribers:
+                    if subscription.offer(event):
+                        flush.append(subscription)
             if event.feed_id is not None:
                 for subscription in self._feeds:
                     if subscription.parent_run_id in (None, event.parent_run_id) and subscription.offer(event):
