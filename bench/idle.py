@@ -79,8 +79,8 @@ async def _measure(ctx: Context, result: Result) -> None:
             stream.close()
         conn.close()
     result.series["per_connection_kib"] = series
-    result.target(f"<= 50 KB per idle connection (at {levels[-1]:,})", series[levels[-1]] * 1024 / 1000,
-                  50.0, "KB", higher_is_better=False)
+    result.target(f"<= 20 KB per idle connection (at {levels[-1]:,})", series[levels[-1]] * 1024 / 1000,
+                  20.0, "KB", higher_is_better=False)  # issue 25 item 4
 
 
 def run(ctx: Context) -> Result:

@@ -474,3 +474,31 @@ def _read_to_eof(sock: socket.socket) -> bytes:
         while piece := sock.recv(1 << 16):
             received += piece
     return bytes(received)
+
+
+async def test_a_request_pipelined_behind_a_stream_is_answered_after_its_last_chunk(client: httpx.AsyncClient) -> None:
+    """HTTP/1.1 lets a client send its next request on a connection whose response is still
+    streaming: it is answered once the stream has ended whole, on the same connection."""
+    run_id = await create_run_async(client)
+    host, port = str(client.base_url).removeprefix("http://").rstrip("/").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=WAIT_SECONDS)
+    with sock:
+        sock.sendall(f"GET /v1/runs/{run_id}/stream HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        first = await asyncio.to_thread(_read_until, sock, b"event: run/snapshot")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await post_events(client, run_id, chunk("a"))
+        await end(client, run_id)
+        received = first + await asyncio.to_thread(_read_to_eof, sock)
+    stream, last_chunk, after = received.partition(b"\r\n0\r\n\r\nHTTP/1.1 ")
+    assert last_chunk, received[-300:]
+    assert stream.count(b"HTTP/1.1 ") == 1 and b"event: subagent/end" in stream
+    assert after.startswith(b"200 ")
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    received = bytearray()
+    while marker not in received:
+        piece = sock.recv(1 << 16)
+        assert piece, "the connection closed"
+        received += piece
+    return bytes(received)

@@ -20,6 +20,12 @@ piece that arrives and disarmed when the body is complete; while uvicorn has sto
 because the app has not taken what arrived (flow control), the pause is the app's, not the
 client's, and the deadline waits. A client that lets it pass gets 408 ``body_timeout`` (the
 app sees the request as disconnected: an NDJSON or text body keeps what arrived).
+
+An event stream's body is written below the ASGI chain (:mod:`lastword.http.sse`): the protocol
+offers :data:`~lastword.http.sse.DETACH` in every request's scope, and a stream that takes it
+gets a :class:`_DetachedBody` writing chunked body pieces straight to the transport; its request
+returns, and its request cycle is dropped. Until the body ends the connection is the stream's:
+a request the client pipelines behind it waits, unread, as uvicorn would make it wait.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from lastword.errors import (
     RequestTimeout,
     problem_json,
 )
+from lastword.http.sse import DETACH
 from lastword.main import create_app
 from lastword.settings import Settings
 
@@ -78,12 +85,78 @@ class _HeadersPastTheLimit(Exception):
     """Raised in a parser callback to stop the parse; answered 431 (see ``send_400_response``)."""
 
 
+def _chunked(data: bytes) -> bytes:
+    """One piece of a chunked body (RFC 9112 §7.1)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class _DetachedBody:
+    """An event stream's body, written to the connection below the ASGI chain (chunked, as
+    uvicorn had announced in the headers); see :class:`lastword.http.sse.Line`."""
+
+    __slots__ = ("_protocol", "_gone", "keep_alive", "closed")
+
+    def __init__(self, protocol: HeaderDeadlineProtocol, keep_alive: bool, gone: Callable[[], None]) -> None:
+        self._protocol = protocol
+        self._gone = gone
+        self.keep_alive = keep_alive
+        #: The client has gone: every later write is a no-op.
+        self.closed = False
+
+    async def send(self, chunk: bytes) -> None:
+        flow = self._protocol.flow
+        if flow.write_paused and not self.closed:
+            await flow.drain()  # released by the buffer draining, or by the connection's loss
+        if not self.closed:
+            self._protocol.transport.write(_chunked(chunk))
+
+    def write_now(self, chunk: bytes) -> bool:
+        if self.closed or self._protocol.transport.is_closing():
+            return True  # the client has gone: there is nowhere to write, and the stream ends
+        if self._protocol.flow.write_paused:
+            return False
+        self._protocol.transport.write(_chunked(chunk))
+        return True
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        tasks = self._protocol.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def lost(self) -> None:
+        self.closed = True
+        self._gone()
+
+    def finish(self) -> None:
+        protocol = self._protocol
+        protocol._stream = None
+        if self.closed:
+            return
+        protocol.transport.write(b"0\r\n\r\n")
+        if not self.keep_alive or protocol.draining:
+            protocol.transport.close()
+            return
+        protocol.on_response_complete()  # as uvicorn ends a response: keep-alive timer, reading resumed
+        held, protocol._held = protocol._held, []
+        if held:
+            protocol.data_received(b"".join(held))
+
+    def abort(self) -> None:
+        self._protocol._stream = None
+        self._protocol.transport.close()
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_deadline: float = 10.0
     body_deadline: float = 30.0
     #: Set (on the server's own subclass) when the server drains: every response closes its
     #: connection.
     draining: bool = False
+    #: The event stream writing this connection's response below the ASGI chain, if one is.
+    #: (Class-level defaults: most connections never set them, and an idle one stays small.)
+    _stream: _DetachedBody | None = None
+    #: What the client sent while the stream had the connection (read once it ends).
+    _held: list[bytes] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,7 +208,30 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm()
 
+    def _detach(self, gone: Callable[[], None]) -> _DetachedBody | None:
+        """Take the response body over from the request's ASGI cycle (:data:`DETACH`)."""
+        cycle = self.cycle
+        if (cycle is None or not cycle.response_started or cycle.response_complete or cycle.disconnected
+                or not cycle.chunked_encoding or self.pipeline):
+            return None  # a HEAD (its body is complete), a client gone, or not a chunked body
+        self._stream = body = _DetachedBody(self, cycle.keep_alive, gone)
+        # uvicorn takes the response as complete: the app may return without an error, and a
+        # further request the client sends would start; data_received holds it back instead.
+        cycle.response_complete = True
+        self.cycle = None  # type: ignore[assignment]
+        self.scope = None  # type: ignore[assignment]
+        self.headers = None  # type: ignore[assignment]
+        return body
+
     def data_received(self, data: bytes) -> None:
+        if self._stream is not None:
+            # The stream has the connection: what comes now is a pipelined request (an SSE
+            # client sends none), read once the stream ends.
+            if not self._held:
+                self._held = []
+            self._held.append(data)
+            self.flow.pause_reading()
+            return
         if self._body_timer is not None:
             self._arm_body()  # a piece of the body came: the pause starts again
         super().data_received(data)
@@ -176,6 +272,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self.scope["extensions"] = {DETACH: self._detach}  # type: ignore[dict-item]
         super().on_headers_complete()
         if self.draining and self.cycle is not None:
             self.cycle.keep_alive = False
@@ -188,7 +285,15 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._disarm_body()
-        super().connection_lost(exc)
+        if self._stream is not None:
+            self._stream.lost()
+        super().connection_lost(exc)  # releases a send waiting for buffer space
+
+    def shutdown(self) -> None:
+        if self._stream is not None:
+            self._stream.keep_alive = False  # the drain ends the stream; then the connection closes
+            return
+        super().shutdown()
 
 
 class LastwordServer(uvicorn.Server):

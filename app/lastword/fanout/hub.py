@@ -8,16 +8,29 @@ from "replay from the log" to "live" neither loses nor repeats an event.
 A subscriber's buffer is bounded. When it fills (the client stops reading), that event and every
 later one are dropped for it and it is marked ``behind``: once it has sent what it holds, it
 re-reads the log after the last id it sent, so memory stays bounded and nothing is lost.
+
+A subscriber whose stream can write without waiting sets :attr:`Subscription.direct`: while its
+stream waits for events, what one :meth:`Hub.publish` brings it is handed to that callable at
+the end of the publish, which writes it to the connection at once (one write per subscriber per
+publish), instead of waking the stream's task for it. A thousand subscribers then cost a
+thousand writes in one pass, not a thousand task wake-ups each doing one. The pass runs within
+the publish, before the request that committed answers: measured side by side with a pass
+deferred to the loop's next callback, the subscribers' latency at 1,000 was about half, and the
+committing request's answer waited for the writes (the end's own answer is not what a
+subscriber waits for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from lastword.rules.lifecycle import RUN_CLOSED, SUBAGENT_END
 from lastword.rules.records import StoredEvent
+
+log = logging.getLogger(__name__)
 
 
 class Subscription:
@@ -31,7 +44,8 @@ class Subscription:
     """
 
     __slots__ = ("_items", "_buffer", "_waiter", "types", "parent_run_id", "behind", "ended_by",
-                 "_loop", "_timer", "_keepalive", "_deadline", "_active_at", "_ping_due", "expired")
+                 "_loop", "_timer", "_keepalive", "_deadline", "_active_at", "_ping_due", "expired",
+                 "direct", "_flushing")
 
     def __init__(self, buffer: int, types: frozenset[str] | None, parent_run_id: str | None = None) -> None:
         self._items: deque[StoredEvent] = deque()
@@ -50,6 +64,11 @@ class Subscription:
         self._ping_due = False
         #: Set once the subscriber's lifetime is over.
         self.expired = False
+        #: Writes the events it is handed now, while the stream waits in :meth:`take`; it removes
+        #: from the deque what it wrote (or skipped), and leaves what the stream must see itself.
+        self.direct: Callable[[deque[StoredEvent]], None] | None = None
+        #: Already in this publish's list of subscribers to flush.
+        self._flushing = False
 
     def pace(self, keepalive: float, lifetime: float) -> None:
         """Wake for a keep-alive after every ``keepalive`` seconds without an event, and for good
@@ -79,20 +98,44 @@ class Subscription:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def offer(self, event: StoredEvent) -> None:
+    def offer(self, event: StoredEvent) -> bool:
+        """Queue ``event``; ``True`` when :meth:`flush` is to be called once the publish is done
+        (the first time in a publish that a subscriber with a :attr:`direct` writer queues one)."""
         if self.types is not None and event.type not in self.types:
-            return
+            return False
         if self.behind:
             # Once one event is dropped, every later one comes from the log too: queued
             # behind the gap, it would be sent before the dropped one, whose id would then
             # look already sent.
-            return
+            return False
         if len(self._items) >= self._buffer:
             self.behind = True
             self._wake()
-            return
+            return False
         self._items.append(event)
-        self._wake()
+        if self.direct is None:
+            self._wake()
+            return False
+        if self._flushing:
+            return False
+        self._flushing = True
+        return True
+
+    def flush(self) -> None:
+        """Hand what the publish queued to :attr:`direct` if the stream waits for events (so
+        nothing it took is still unwritten), and wake the stream for whatever is left."""
+        self._flushing = False
+        if self.direct is not None and self._waiter is not None and self._items:
+            try:
+                self.direct(self._items)
+            except Exception:
+                # Not the publisher's failure (it has committed): the stream's task takes over.
+                log.exception("writing a subscriber's events directly failed")
+            if not self._items and self._loop is not None:
+                self._active_at = self._loop.time()  # not quiet: no keep-alive due yet
+                return
+        if self._items:
+            self._wake()
 
     async def take(self) -> list[StoredEvent] | None:
         """Every live event that came since the last take, waiting for one if none did; an
@@ -133,7 +176,8 @@ class Subscription:
         self._wake()
 
     def close(self) -> None:
-        """The subscriber is gone: stop its timer."""
+        """The subscriber is gone: stop its timer, and write it nothing more."""
+        self.direct = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -194,6 +238,9 @@ class Hub:
     def __init__(self, buffer: int = 1000) -> None:
         self.buffer = buffer
         self._runs: dict[str, set[Subscription]] = defaultdict(set)
+        #: Per run, how many of its subscribers take each event type: an event none of them
+        #: takes (a chunk, to lifecycle-only streams) is not offered to each of them in turn.
+        self._wanted: dict[str, dict[str, int]] = defaultdict(dict)
         self._feeds: set[Subscription] = set()
         self._turn_ends: dict[str, set[Waiter]] = defaultdict(set)
         self._children_of: dict[str, set[Waiter]] = defaultdict(set)
@@ -223,6 +270,9 @@ class Hub:
     def subscribe_run(self, run_id: str, types: frozenset[str]) -> Subscription:
         subscription = self._ended_if_draining(Subscription(self.buffer, types))
         self._runs[run_id].add(subscription)
+        wanted = self._wanted[run_id]
+        for type_ in types:
+            wanted[type_] = wanted.get(type_, 0) + 1
         return subscription
 
     def subscribe_feed(self, parent_run_id: str | None) -> Subscription:
@@ -242,25 +292,35 @@ class Hub:
             self._feeds.discard(subscription)
             return
         subscribers = self._runs.get(run_id)
-        if subscribers is not None:
-            subscribers.discard(subscription)
+        if subscribers is not None and subscription in subscribers:
+            subscribers.remove(subscription)
+            wanted = self._wanted[run_id]
+            for type_ in subscription.types or ():
+                wanted[type_] -= 1
             if not subscribers:
                 del self._runs[run_id]
+                del self._wanted[run_id]
 
     def publish(self, events: Iterable[StoredEvent]) -> None:
+        flush: list[Subscription] = []
         for event in events:
-            for subscription in self._runs.get(event.run_id, ()):
-                subscription.offer(event)
+            subscribers = self._runs.get(event.run_id)
+            if subscribers and self._wanted[event.run_id].get(event.type):
+                for subscription in subscribers:
+                    if subscription.offer(event):
+                        flush.append(subscription)
             if event.feed_id is not None:
                 for subscription in self._feeds:
-                    if subscription.parent_run_id in (None, event.parent_run_id):
-                        subscription.offer(event)
+                    if subscription.parent_run_id in (None, event.parent_run_id) and subscription.offer(event):
+                        flush.append(subscription)
             if event.type in (SUBAGENT_END, RUN_CLOSED):
                 for waiter in self._turn_ends.get(event.run_id, ()):
                     waiter.hear(event)
             if event.feed_id is not None and event.parent_run_id is not None:
                 for waiter in self._children_of.get(event.parent_run_id, ()):
                     waiter.hear(event)
+        for subscription in flush:
+            subscription.flush()
 
     def resync_run(self, run_id: str) -> None:
         """One run's live events were not all published: its subscribers re-read the log."""

@@ -16,6 +16,17 @@ done per connection:
   ``on_disconnect`` (the stream ends its subscription, which wakes it), while the messages go
   out from a task of their own. uvicorn makes every later send a no-op once the client has
   gone, and releases a send that waits for buffer space.
+
+**Below the ASGI chain.** An idle stream is most of what a server holds by the thousand, and
+its request's coroutines — one frame per middleware, the router, the endpoint, uvicorn's
+request cycle — were most of an idle stream's memory, kept only to wait for the client to
+leave. So once the headers are out, a response the server can take over (:data:`DETACH` in
+the scope's extensions: lastword's own uvicorn protocol offers it) hands its body to the
+connection's :class:`Line` and lets the request return: the messages go out from one small
+task straight to the transport, and the connection tells the stream when the client leaves.
+Under any other server (or a ``HEAD``, whose body is already complete) the response stays an
+ASGI response as described above. Such a stream can also be written from outside its task
+(:meth:`EventStream.write_now`): the hub writes a waiting subscriber's events at once.
 """
 
 from __future__ import annotations
@@ -23,12 +34,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncGenerator, Callable, Mapping
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 MEDIA_TYPE = "text/event-stream"
+
+#: The scope extension a server offers when it can take a streaming body over from the ASGI
+#: chain: a callable taking the ``gone`` callback, returning a :class:`Line` (or ``None`` when
+#: this response cannot be taken over: its body already complete, the client already gone).
+DETACH = "lastword.detach"
+
+log = logging.getLogger(__name__)
+
+
+class Line(Protocol):
+    """A connection's response body written below the ASGI chain (after the headers went out)."""
+
+    async def send(self, chunk: bytes) -> None:
+        """Write ``chunk``; waits while the connection's write buffer is full. A no-op once the
+        client has gone."""
+
+    def write_now(self, chunk: bytes) -> bool:
+        """Write ``chunk`` unless the connection's write buffer is full (``False``: nothing written)."""
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Count ``task`` as a request in flight (a drain waits for it)."""
+
+    def finish(self) -> None:
+        """The body is complete: end it, and keep or close the connection as HTTP says."""
+
+    def abort(self) -> None:
+        """Close the connection with the body unfinished."""
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -80,14 +120,27 @@ class EventStream(Response):
         self._sending_since = 0.0
         self._listening = True
         self.cut_off = False
+        #: The connection's body while the stream writes below the ASGI chain.
+        self._line: Line | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detach = scope.get("extensions", {}).get(DETACH)
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            line = None if detach is None else detach(self._gone)
+        except BaseException:
+            self._release()
+            raise
+        if line is not None:
+            self._line = line
+            pump = asyncio.ensure_future(self._detached(line))
+            line.track(pump)
+            return
+        try:
             # The messages go out from a task of their own, whose stack is a few frames deep:
             # resuming this one, under every middleware, for each event would cost more than
             # the event's write. This one listens for the client leaving meanwhile.
-            pump = asyncio.ensure_future(self._stream(send))
+            pump = asyncio.ensure_future(self._through_asgi(send))
             listener = asyncio.current_task()
             assert listener is not None
 
@@ -101,9 +154,7 @@ class EventStream(Response):
                 while (await receive())["type"] != "http.disconnect":
                     pass
                 # The client left, or the stream finished (a finished response reads as gone).
-                if self._listening:
-                    self._listening = False
-                    self._on_disconnect()
+                self._gone()
             except asyncio.CancelledError:
                 if self._listening:  # not ours: the request itself is being cancelled
                     pump.cancel()
@@ -113,7 +164,45 @@ class EventStream(Response):
         finally:
             self._release()
 
-    async def _stream(self, send: Send) -> None:
+    def _gone(self) -> None:
+        """The client left (or, through ASGI, the response finished)."""
+        if self._listening:
+            self._listening = False
+            self._on_disconnect()
+
+    def write_now(self, chunk: bytes) -> bool:
+        """Write ``chunk`` at once, from outside the stream's task, if that can be done without
+        waiting and without overtaking what the task is sending; ``False`` if not (nothing
+        written): only a stream below the ASGI chain, with no send of its own under way and
+        room in its connection's buffer, can."""
+        line = self._line
+        return line is not None and not self._sending_since and line.write_now(chunk)
+
+    async def _through_asgi(self, send: Send) -> None:
+        async def write(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        if await self._stream(write):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # else unfinished: uvicorn closes the connection
+
+    async def _detached(self, line: Line) -> None:
+        complete = False
+        try:
+            complete = await self._stream(line.send)
+        except Exception:
+            log.exception("an event stream failed")
+        finally:
+            self._line = None
+            if complete:
+                line.finish()
+            else:
+                line.abort()
+            self._release()
+
+    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> bool:
+        """Send every message through ``write``; ``True`` once all went, ``False`` when the
+        client was cut off."""
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
@@ -134,14 +223,14 @@ class EventStream(Response):
             async for chunk in messages:
                 self._sending_since = loop.time()
                 try:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await write(chunk)
                 except asyncio.CancelledError:
                     if not self.cut_off:
                         raise
                     task.uncancel()
-                    return  # unfinished: uvicorn closes the connection
+                    return False
                 self._sending_since = 0.0
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return True
         finally:
             if check is not None:
                 check.cancel()

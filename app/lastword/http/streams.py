@@ -17,7 +17,9 @@ started never runs its ``finally``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Annotated, Any
 
 import orjson
@@ -109,6 +111,91 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
 KEEPALIVE = b": ping\r\n"
 
 
+def _cannot_write(_chunk: bytes) -> bool:
+    return False
+
+
+class _Cursor:
+    """A stream's place (the last id it sent) and its rule for which events close it; also
+    what the hub hands events to while the stream waits (:attr:`Subscription.direct`), so that
+    they are written at once instead of waking the stream's task."""
+
+    __slots__ = ("last", "write_now", "closed", "_id_of", "_closes")
+
+    def __init__(self, last: int, id_of: Callable[[StoredEvent], int], closes: Callable[[StoredEvent], bool]) -> None:
+        self.last = last
+        #: The response's :meth:`EventStream.write_now`, once there is a response.
+        self.write_now: Callable[[bytes], bool] = _cannot_write
+        #: An event closed the stream (it was the last one sent).
+        self.closed = False
+        self._id_of = id_of
+        self._closes = closes
+
+    def messages(self, events: Iterable[StoredEvent], *, before_close: bool) -> tuple[bytes, int, int, bool]:
+        """The messages of ``events`` not sent yet, joined; how many events they cover; the
+        last id among them; whether the stream closes with them. An event that closes the
+        stream ends them, or, ``before_close``, is left out (with what follows it)."""
+        last = self.last
+        parts = []
+        count = 0
+        closes = False
+        for event in events:
+            message_id = self._id_of(event)
+            if message_id > last:
+                if self._closes(event):
+                    if before_close:
+                        break
+                    closes = True
+                parts.append(_message(event, message_id))
+                last = message_id
+            count += 1
+            if closes:
+                break
+        return b"".join(parts), count, last, closes
+
+    def deliver(self, events: deque[StoredEvent]) -> None:
+        """Write what the hub hands over while the stream waits, and drop it from ``events``;
+        leave it there for the stream's task when it cannot be written now, or closes the stream."""
+        chunk, count, last, _ = self.messages(events, before_close=True)
+        if chunk and not self.write_now(chunk):
+            return
+        self.last = last
+        for _ in range(count):
+            events.popleft()
+
+    async def live(self, subscription: Subscription) -> AsyncGenerator[bytes, None]:
+        """Live events, until the buffer overflows (the log takes over again), the stream is
+        ended, or an event closes it (:attr:`closed` tells). What one wake-up finds goes out
+        in one write; while the stream waits, the hub writes what comes directly."""
+        subscription.direct = self.deliver
+        try:
+            while (taken := await subscription.take()) is not None:
+                if not taken:
+                    yield KEEPALIVE
+                    continue
+                chunk, _, self.last, closes = self.messages(taken, before_close=False)
+                if chunk:
+                    yield chunk
+                if closes:
+                    self.closed = True
+                    return
+        finally:
+            subscription.direct = None
+
+
+def _seq(event: StoredEvent) -> int:
+    return event.seq
+
+
+def _feed_id(event: StoredEvent) -> int:
+    assert event.feed_id is not None
+    return event.feed_id
+
+
+def _never(_event: StoredEvent) -> bool:
+    return False
+
+
 def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
     """The callable that ends the subscription (call it exactly once)."""
 
@@ -119,11 +206,12 @@ def _releaser(service: RunService, run_id: str | None, subscription: Subscriptio
 
 
 def _response(
-    request: Request, subscription: Subscription, messages: AsyncGenerator[bytes, None], release: Callable[[], None]
+    request: Request, subscription: Subscription, messages: AsyncGenerator[bytes, None], release: Callable[[], None],
+    cursor: _Cursor,
 ) -> EventStream:
     settings = request.app.state.settings
     subscription.pace(settings.keepalive_seconds, settings.sse_max_lifetime_seconds)
-    return EventStream(
+    response = EventStream(
         messages,
         # A client that stops reading is cut off once a send has waited this long; it
         # resumes with Last-Event-ID. Its hub buffer is bounded meanwhile.
@@ -132,6 +220,8 @@ def _response(
         release=release,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+    cursor.write_now = response.write_now
+    return response
 
 
 @router.get("/runs/{runId}/stream", responses=SSE_RESPONSES, response_class=EventStream)
@@ -164,9 +254,11 @@ async def run_stream(
     except BaseException:
         release()
         raise
-    start = run.last_seq if resume is None else resume
-    messages = _run_messages(service, subscription, run, snapshot, start, frozenset(types))
-    return _response(request, subscription, messages, release)
+    mode = run.mode
+    cursor = _Cursor(run.last_seq if resume is None else resume, _seq,
+                     lambda event: closes_run_stream(event.type, mode))
+    messages = _run_messages(service, subscription, run, snapshot, cursor, frozenset(types))
+    return _response(request, subscription, messages, release, cursor)
 
 
 async def _run_messages(
@@ -174,7 +266,7 @@ async def _run_messages(
     subscription: Subscription,
     run: RunRecord,
     snapshot: bytes | None,
-    last: int,
+    cursor: _Cursor,
     types: frozenset[str],
 ) -> AsyncGenerator[bytes, None]:
     if snapshot is not None:
@@ -186,38 +278,25 @@ async def _run_messages(
         subscription.caught_up()
         # From the log: everything after the last id sent, page by page.
         while subscription.ended_by is None:
-            events = await service.events_after(run.run_id, last, service.page_size, types)
+            events = await service.events_after(run.run_id, cursor.last, service.page_size, types)
             for event in events:
                 yield _message(event, event.seq)
-                last = event.seq
+                cursor.last = event.seq
                 if _closes(event, run):
                     return
             if len(events) < service.page_size:
                 break
         run = await service.get_run(run.run_id)
-        if run.status == "ended" and last >= run.last_seq:
+        if run.status == "ended" and cursor.last >= run.last_seq:
             return
-        # Live, until the buffer overflows and the log takes over again. What one wake-up
-        # finds goes out in one write.
-        while (taken := await subscription.take()) is not None:
-            if not taken:
-                yield KEEPALIVE
-                continue
-            parts = []
-            closes = False
-            for event in taken:
-                if event.seq <= last:
-                    continue
-                parts.append(_message(event, event.seq))
-                last = event.seq
-                if closes := _closes(event, run):
-                    break
-            if parts:
-                yield b"".join(parts)
-            if closes:
-                return
+        # Live, until the buffer overflows and the log takes over again.
+        async with contextlib.aclosing(cursor.live(subscription)) as live:
+            async for chunk in live:
+                yield chunk
+        if cursor.closed:
+            return
         if ended := _ended(subscription):
-            yield _reconnect(ended, last)
+            yield _reconnect(ended, cursor.last)
             return
 
 
@@ -245,39 +324,30 @@ async def firehose(
     except BaseException:
         release()
         raise
-    messages = _feed_messages(service, subscription, parentRunId, start)
-    return _response(request, subscription, messages, release)
+    cursor = _Cursor(start, _feed_id, _never)
+    messages = _feed_messages(service, subscription, parentRunId, cursor)
+    return _response(request, subscription, messages, release, cursor)
 
 
 async def _feed_messages(
     service: RunService,
     subscription: Subscription,
     parent_run_id: str | None,
-    last: int,
+    cursor: _Cursor,
 ) -> AsyncGenerator[bytes, None]:
     while True:
         subscription.caught_up()
         while subscription.ended_by is None:
-            events = await service.feed_after(last, parent_run_id, service.page_size)
+            events = await service.feed_after(cursor.last, parent_run_id, service.page_size)
             for event in events:
-                assert event.feed_id is not None
-                yield _message(event, event.feed_id)
-                last = event.feed_id
+                feed_id = _feed_id(event)
+                yield _message(event, feed_id)
+                cursor.last = feed_id
             if len(events) < service.page_size:
                 break
-        while (taken := await subscription.take()) is not None:
-            if not taken:
-                yield KEEPALIVE
-                continue
-            parts = []
-            for event in taken:
-                assert event.feed_id is not None
-                if event.feed_id <= last:
-                    continue
-                parts.append(_message(event, event.feed_id))
-                last = event.feed_id
-            if parts:
-                yield b"".join(parts)
+        async with contextlib.aclosing(cursor.live(subscription)) as live:
+            async for chunk in live:
+                yield chunk
         if ended := _ended(subscription):
-            yield _reconnect(ended, last)
+            yield _reconnect(ended, cursor.last)
             return
