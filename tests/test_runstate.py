@@ -7,9 +7,12 @@ sequences of every operation and checks what must hold after any of them.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -288,3 +291,179 @@ def test_event_ids_are_stored_once_and_conflicts_refuse_the_batch(
     fresh_ids = [event.get("eventId") for _, event in fresh if event.get("eventId") is not None]
     assert len(fresh_ids) == len(set(fresh_ids)) and not set(fresh_ids) & set(stored)
     assert [index for index, _ in fresh] == sorted(index for index, _ in fresh)
+
+
+# -- what each operation says and keeps (the mutation baseline, docs/MUTATION.md) ----------------
+
+FULL = RunSpec(run_id="r", parent_run_id="p", agent="a", mode="continuable", metadata={"k": 1}, lease_seconds=30,
+               canonical='{"runId":"r"}', fork_of=("f", 4), join_continuations=True)
+#: The same, not a fork (so the Memory's log starts at seq 1).
+WHOLE = replace(FULL, fork_of=None)
+
+
+def identity(run: RunRecord) -> RunRecord:
+    """``run`` with what operations move set aside: what it is, not where it stands."""
+    return replace(run, status="idle", turn=0, last_seq=0, lease_expires_at=None, updated_at=0.0)
+
+
+def test_create_keeps_the_whole_spec_and_a_fork_goes_on_after_its_boundary() -> None:
+    """The run is the spec, running turn 1 from the seq after the fork's boundary, with its
+    turn record and a subagent/start that names the run, its parent and agent."""
+    change = runstate.create(FULL, NOW, 60)
+    assert change.run == RunRecord(
+        pk=0, run_id="r", parent_run_id="p", agent="a", mode="continuable", metadata={"k": 1}, lease_seconds=30,
+        canonical='{"runId":"r"}', status="running", turn=1, last_seq=5, lease_expires_at=NOW + 30, created_at=NOW,
+        updated_at=NOW, fork_of=("f", 4), join_continuations=True)
+    assert change.started == TurnRecord(run_id="r", turn=1, start_seq=5, started_at=NOW, ended_at=None,
+                                        stop_reason=None, error=None, output=[], usage={})
+    [event] = change.events
+    assert (event.seq, event.turn, event.type) == (5, 1, "subagent/start")
+    assert {key: event.body[key] for key in ("runId", "parentRunId", "agent", "turn")} == {
+        "runId": "r", "parentRunId": "p", "agent": "a", "turn": 1}
+
+
+def test_every_operation_keeps_what_the_run_is_and_names_it_in_its_events() -> None:
+    """append, end, next turn and close move status, turn, seq, lease and time only, and each
+    lifecycle event they log is in the run's turn and names the run, its parent and agent."""
+    memory = Memory.create(runstate.create(WHOLE, NOW, 60))
+    created = identity(memory.run)
+    steps: list[Callable[[float], runstate.Change]] = [
+        lambda now: runstate.append(memory.run, memory.fold, [(0, chunk("x"))], now),
+        lambda now: runstate.end_turn(memory.run, memory.fold, "completed", None, now),
+        lambda now: runstate.next_turn(memory.run, now),
+        lambda now: runstate.close(memory.run, memory.fold, now),
+    ]
+    for number, step in enumerate(steps, 1):
+        change = step(NOW + number)
+        memory.apply(change)
+        assert identity(memory.run) == created and memory.run.updated_at == NOW + number
+        for event in change.events:
+            assert event.turn == memory.run.turn, event.type
+            assert (event.body["runId"], event.body["parentRunId"], event.body["agent"]) == ("r", "p", "a")
+    fork = runstate.create(FULL, NOW, 60).run
+    assert runstate.append(fork, TurnFold(), [(0, chunk("x"))], NOW).run.fork_of == ("f", 4)
+
+
+def test_an_end_logs_its_reason_error_and_usage() -> None:
+    """The ended turn and its subagent/end carry the stop reason, the error and the usage; an
+    error sent with turn/end is the one the turn ends with."""
+    memory = Memory.create(runstate.create(WHOLE, NOW, 60))
+    usage = {"type": "assistant/message", "message": {"content": [], "usage": {"inputTokens": 3, "outputTokens": 4}}}
+    end = {**turn_end("error"), "error": {"message": "boom"}}
+    change = runstate.append(memory.run, memory.fold, list(enumerate([usage, end])), NOW + 1)
+    assert change.ended is not None
+    assert (change.ended.stop_reason, change.ended.error) == ("error", {"message": "boom"})
+    assert (change.ended.usage["inputTokens"], change.ended.usage["outputTokens"]) == (3, 4)
+    body = change.events[-1].body
+    assert (body["stopReason"], body["error"], body["usage"]) == ("error", {"message": "boom"}, change.ended.usage)
+
+
+def test_appended_events_keep_their_json_and_bring_the_fold_to_their_seq() -> None:
+    memory = Memory.create(runstate.create(WHOLE, NOW, 60))
+    fresh = [(0, chunk("a")), (2, chunk("b"))]
+    encoded = ['"zero"', '"one"', '"two"']
+    change = runstate.append(memory.run, memory.fold, fresh, NOW, encoded)
+    assert [(seq, text) for seq, _, text in change.appended] == [(2, '"zero"'), (3, '"two"')]
+    assert memory.fold.last_seq == 3
+    assert runstate.numbered(memory.run, fresh, encoded) == [(2, chunk("a"), '"zero"'), (3, chunk("b"), '"two"')]
+
+
+def test_closing_an_open_turn_cancels_it_with_the_closing_error() -> None:
+    memory = Memory.create(runstate.create(WHOLE, NOW, 60))
+    change = runstate.close(memory.run, memory.fold, NOW + 1)
+    assert change.ended is not None and change.ended.stop_reason == "cancelled"
+    assert change.ended.error == {"message": "the run was closed"}
+    assert [event.type for event in change.events] == ["subagent/end", "run/closed"]
+    assert change.run.status == "ended" and change.run.updated_at == NOW + 1
+    with pytest.raises(ValueError, match="^closing a running run needs its open turn's fold$"):
+        runstate.close(memory.run, None, NOW + 1)
+
+
+def test_the_decisions_name_what_happens() -> None:
+    running = runstate.create(FULL, NOW, 60).run
+    assert runstate.decide_end(running, NOW, only_if_expired=False) == "end"
+    assert runstate.decide_close(replace(running, status="idle")) == "close"
+    assert runstate.decide_close(running) == "end_and_close"
+    assert runstate.lease_expiry(0.5, NOW) == NOW + 0.5
+
+
+def test_each_refusal_says_what_and_names_the_run() -> None:
+    """The service's errors carry a sentence and the fields a problem document shows."""
+    running = runstate.create(FULL, NOW, 60).run
+    oneshot = replace(running, mode="oneshot")
+    refusals: list[tuple[Callable[[], object], str, dict[str, Any]]] = [
+        (lambda: runstate.next_turn(running, NOW), "is running", {"runStatus": "running"}),
+        (lambda: runstate.next_turn(replace(running, status="ended"), NOW), "is ended", {"runStatus": "ended"}),
+        (lambda: runstate.next_turn(oneshot, NOW), "is oneshot", {}),
+        (lambda: runstate.decide_close(oneshot), "is oneshot", {}),
+        (lambda: runstate.repeated_create(running, replace(FULL, canonical="{}")), "different body", {"runId": "r"}),
+        (lambda: runstate.append(running, TurnFold(), list(enumerate([turn_end("max_tokens", error={"m": 1}),
+                                                                      chunk("late")])), NOW),
+         "event 1 follows the turn/end", {"index": 1, "runId": "r", "turn": 1, "stopReason": "max_tokens"}),
+        (lambda: runstate.without_duplicates([chunk("a", "1"), chunk("b", "1")], {}), "already used for other content",
+         {"index": 1, "eventId": "1"}),
+    ]
+    for refuse, words, extra in refusals:
+        with pytest.raises(LastwordError) as refused:
+            refuse()
+        assert words in refused.value.detail and refused.value.extra == extra, refused.value.detail
+    ended = replace(running, status="idle")
+    last = TurnRecord(run_id="r", turn=1, start_seq=5, started_at=NOW, ended_at=NOW, stop_reason="completed",
+                      error=None, output=[], usage={})
+    with pytest.raises(TurnAlreadyEnded) as again:
+        runstate.repeated_end(ended, last, "error")
+    assert "already ended with completed" in again.value.detail
+    assert again.value.extra == {"runId": "r", "turn": 1, "stopReason": "completed"}
+    assert runstate.turn_has_ended(ended, last).detail == (
+        "turn 1 of run 'r' has ended (completed); no more events are accepted for it")
+
+
+def test_the_state_machine_refuses_what_the_store_must_never_ask() -> None:
+    """Programming errors, not requests: each says which."""
+    ended = replace(runstate.create(FULL, NOW, 60).run, status="ended")
+    with pytest.raises(ValueError, match="^append to a run that is not running$"):
+        runstate.append(ended, TurnFold(), [(0, chunk("x"))], NOW)
+    with pytest.raises(ValueError, match="^end_turn of a run that is not running$"):
+        runstate.end_turn(ended, TurnFold(), "completed", None, NOW)
+    change = runstate.Change(run=ended, ended=runstate.EndedTurn(turn=1, ended_at=NOW, stop_reason="completed",
+                                                                error=None, output=[], usage={}))
+    with pytest.raises(ValueError, match="^one change ends at most one turn$"):
+        change.then(change)
+    with pytest.raises(ValueError, match="^ingested events come first in a change$"):
+        runstate.Change(run=ended).then(runstate.Change(run=ended, appended=[(1, chunk("x"), None)]))
+
+
+def test_a_change_then_another_keeps_the_turn_that_started() -> None:
+    created = runstate.create(FULL, NOW, 60)
+    later = runstate.Change(run=created.run)
+    assert created.then(later).started == created.started
+    assert later.then(created).started == created.started
+
+
+def test_a_secret_is_kept_as_its_sha256_and_an_old_plain_one_still_matches() -> None:
+    """A create with a webhook secret stored before secrets were digested (the secret itself in
+    the stored body) is the same create as one stored now; another secret is a conflict."""
+    assert runstate.secret_digest("whsec_abc") == "sha256:" + hashlib.sha256(b"whsec_abc").hexdigest()
+
+    def canonical(secret: str | None) -> str:
+        return orjson.dumps({"runId": "r", "webhook": {"secret": secret, "url": "https://h.example/x"}},
+                            option=orjson.OPT_SORT_KEYS).decode()
+
+    now = canonical(runstate.secret_digest("whsec_abc"))
+    stored_then = replace(runstate.create(FULL, NOW, 60).run, canonical=canonical("whsec_abc"))
+    assert runstate.repeated_create(stored_then, replace(FULL, canonical=now)) is stored_then
+    assert runstate.repeated_create(stored_then, replace(FULL, canonical=canonical("whsec_abc"))) is stored_then
+    with pytest.raises(RunExists):
+        runstate.repeated_create(stored_then, replace(FULL, canonical=canonical(runstate.secret_digest("whsec_x"))))
+    # Stored in another key order, the plain secret's body is still compared in canonical order.
+    unsorted = orjson.dumps({"webhook": {"url": "https://h.example/x", "secret": "whsec_abc"}, "runId": "r"}).decode()
+    assert runstate.repeated_create(replace(stored_then, canonical=unsorted), replace(FULL, canonical=now))
+    # A digest stored is never taken for a plain secret and digested again.
+    digest = runstate.secret_digest("whsec_abc")
+    with pytest.raises(RunExists):
+        runstate.repeated_create(replace(stored_then, canonical=canonical(digest)),
+                                 replace(FULL, canonical=canonical(runstate.secret_digest(digest))))
+    for body in (canonical(None), canonical(now), "[]", '{"webhook": null}', '{"webhook": {"secret": 1}}'):
+        stored = replace(stored_then, canonical=body)
+        with pytest.raises(RunExists):
+            runstate.repeated_create(stored, replace(FULL, canonical=now))

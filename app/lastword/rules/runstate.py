@@ -304,11 +304,8 @@ def end_turn(
     stop_reason: StopReason,
     error: Any,
     now: float,
-    *,
-    status: RunStatus | None = None,
 ) -> Change:
-    """End the open turn with the output ``fold`` selects; the run becomes ``status`` (by
-    default idle or ended by its mode)."""
+    """End the open turn with the output ``fold`` selects; the run becomes idle or ended by its mode."""
     if run.status != "running":
         raise ValueError("end_turn of a run that is not running")
     output, usage = fold.collect(), fold.usage
@@ -317,7 +314,7 @@ def end_turn(
         run.run_id, run.parent_run_id, run.agent, run.turn, stop_reason, output, usage, error, now
     )
     return Change(
-        run=_moved(run, last_seq=seq, status=status or status_after_turn(run.mode), lease_expires_at=None,
+        run=_moved(run, last_seq=seq, status=status_after_turn(run.mode), lease_expires_at=None,
                    updated_at=now),
         events=[NewEvent(seq=seq, turn=run.turn, type=body["type"], body=body)],
         ended=EndedTurn(turn=run.turn, ended_at=now, stop_reason=stop_reason, error=error, output=output,
@@ -371,7 +368,8 @@ def close(run: RunRecord, fold: TurnFold | None, now: float) -> Change:
     if decision == "end_and_close":
         if fold is None:
             raise ValueError("closing a running run needs its open turn's fold")
-        change = end_turn(run, fold, "cancelled", dict(CLOSED_ERROR), now, status="running")
+        # The run is idle for no one to see: the same change closes it.
+        change = end_turn(run, fold, "cancelled", dict(CLOSED_ERROR), now)
     last = change.run
     seq = last.last_seq + 1
     body = lifecycle.closed_event(last.run_id, last.parent_run_id, last.agent, now)
