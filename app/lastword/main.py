@@ -43,7 +43,7 @@ from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
 from lastword.http.docs_pages import router as docs_router
-from lastword.http.ds import router as ds_router
+from lastword.http.ds import route as ds_route
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
@@ -220,10 +220,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
+    # First: a /ds request (one per message of a token stream) is not tried against every /v1
+    # route before its own; no other route's path starts with /ds/.
+    app.router.routes.append(ds_route)
     app.include_router(api_router)
     app.include_router(stream_router)
     app.include_router(dashboard_router)
-    app.include_router(ds_router)
     app.include_router(docs_router)
     app.state.mcp = McpMount(lambda: app.state.service, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.

@@ -10,6 +10,11 @@ as the body; every answer carries the browser security headers the protocol reco
 
 ``HEAD`` is served here, not by :mod:`lastword.http.head`: the protocol's HEAD answers metadata
 without reading the stream and leaves a sliding TTL alone, which a GET would not.
+
+The route is a plain Starlette :class:`~starlette.routing.Route`, not a FastAPI one, and the app
+puts it ahead of every other route: it reads its headers and body itself and has no
+dependencies, so FastAPI's dependency solving is pure cost on a path a token stream hits once
+per message, as is matching the request against every ``/v1`` route first (issue 27's speed).
 """
 
 from __future__ import annotations
@@ -19,16 +24,15 @@ import json
 import re
 from collections.abc import AsyncGenerator
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from lastword.ds_service import StreamService, run_id_of
 from lastword.errors import DsRefusal, LastwordError, PayloadTooLarge, RunEnded, problem_json
 from lastword.http import ds_runs, sse
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Slice
-
-router = APIRouter(tags=["durable streams"])
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "cross-origin"}
@@ -89,12 +93,10 @@ def _name(path: str) -> str:
     return "/" + path.strip("/")
 
 
-@router.api_route("/ds/{path:path}", methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
-                  include_in_schema=False)
-async def stream_route(path: str, request: Request) -> Response:
+async def stream_route(request: Request) -> Response:
     try:
         method = request.method
-        name = _name(path)
+        name = _name(request.path_params["path"])
         run_id = run_id_of(name)
         if method == "PUT":
             return await (ds_runs.create(request, run_id, SECURITY) if run_id else _create(request, name))
@@ -222,6 +224,11 @@ async def _read(request: Request, name: str) -> Response:
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={k: v for k, v in headers.items() if k != "Content-Type"})
     return Response(ds.body_of(found.entries, found.state.content_type), status_code=200, headers=headers)
+
+
+#: Out of the OpenAPI schema (``include_in_schema``): :mod:`lastword.http.ds_docs` describes it.
+route = Route("/ds/{path:path}", stream_route, methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
+              include_in_schema=False)
 
 
 def _control(found: Slice, service: StreamService, client_cursor: str | None) -> bytes:
