@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,23 @@ import pytest
 from durable_streams import DurableStream, stream
 
 from tests.builders import message, turn_end
+from tests.servers import threaded_server
 
 #: Seconds to wait for the parent to see one event before the test gives up.
 SEEN_WITHIN = 30
 
 
+@pytest.fixture
+def patient_url(make_settings: Any) -> Iterator[str]:
+    """A server whose long polls and SSE keep-alives outlast ``SEEN_WITHIN``: a reader that is
+    not woken by an append is not rescued by its poll's end or a keep-alive tick."""
+    with threaded_server(make_settings(ds_long_poll_seconds=4 * SEEN_WITHIN, keepalive_seconds=4 * SEEN_WITHIN)) as url:
+        yield url
+
+
 @pytest.mark.parametrize("live", ["sse", "long-poll"])
-def test_a_durable_streams_client_tails_a_childs_run_live(base_url: str, live: str) -> None:
-    url = f"{base_url}/ds/runs/child-{live}"
+def test_a_durable_streams_client_tails_a_childs_run_live(patient_url: str, live: str) -> None:
+    url = f"{patient_url}/ds/runs/child-{live}"
     seen: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
 
     def parent() -> None:

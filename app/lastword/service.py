@@ -345,6 +345,10 @@ class RunService:
         if outcome.chunks_left_out:
             self._chunks_left_out(run_id)
         self._published(outcome.stored)
+        if outcome.accepted:
+            # The log grew even when nothing of it is published live (an assistant message is
+            # not a fan-out event): the run's Durable Streams readers read it from the log.
+            self.streams.run_changed(run_id)
         self._counted(outcome, started)
 
     def _chunks_left_out(self, run_id: str) -> None:
