@@ -68,7 +68,9 @@ async def _measure(ctx: Context, result: Result) -> None:
     await receiver.start()
     url = f"http://127.0.0.1:{receiver.port}/hook"
     try:
-        with Server() as server:
+        # The receiver is on loopback, which the service refuses as a webhook target unless told
+        # (SPEC §18's safe defaults).
+        with Server(env={"LASTWORD_WEBHOOK_ALLOW_PRIVATE": "true"}) as server:
             conn = await http.connect(server.url)
             ends = http.Tally()
             streams = await http.open_subscribers(server.url, ["/v1/stream"], {b"subagent/end": ends})
