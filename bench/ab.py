@@ -15,6 +15,9 @@ Rounds run OLD, NEW, OLD, NEW … (each a whole ``python -m bench --only …`` p
 side inherits the other's warm state); each figure is reported as the median of its rounds per
 side, NEW/OLD of those medians, and the range of the per-round NEW/OLD ratios (round i's NEW
 over round i's OLD) as the spread.
+
+``--fail-below RATIO`` makes it a guard (the CI smoke step in ``.ci/run``): exit 3 when a
+``--gate`` figure of NEW fell below RATIO of OLD's, or was not reported by both sides.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from bench.server import PYTHON_VARIABLE, ROOT, TREE_VARIABLE
 RESULTS = ROOT / "bench" / "results"
 #: units where a smaller figure is the better one (for the "better" column)
 LOWER_IS_BETTER = {"ms", "s", "KB", "MB", "B", "bytes", "KB/conn"}
+#: What ``--fail-below`` checks unless told: lastword's own batched ingest on SQLite (scenario a).
+GATE = ("a:sqlite_json", "a:sqlite_ndjson")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--venv-per-commit", action="store_true",
                         help="a venv of each commit's own dependencies even when this interpreter has them")
     parser.add_argument("--profile", action="store_true", help="py-spy on the servers (as python -m bench)")
+    parser.add_argument(
+        "--fail-below", type=float, metavar="RATIO",
+        help="exit 3 when a --gate figure of NEW is worse than RATIO times OLD's (a time: OLD/NEW): "
+             "the CI smoke guard, for a regression far beyond what noise moves one round",
+    )
+    parser.add_argument("--gate", default=",".join(GATE),
+                        help="scenario:key figures --fail-below checks (default: %(default)s)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="where ab.json (the summary) and each run's JSON go (default: bench/results)")
     return parser
@@ -281,6 +293,22 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def regressions(rows: list[Row], gate: set[str], floor: float) -> list[str]:
+    """The gated figures where NEW kept less than ``floor`` of OLD (by the unit's better direction),
+    and the gated figures not reported by both sides (a guard that measured nothing must not pass)."""
+    found, seen = [], set()
+    for row in rows:
+        name = f"{row.scenario}:{row.key}"
+        if name not in gate:
+            continue
+        seen.add(name)
+        kept = 1 / row.ratio if row.unit in LOWER_IS_BETTER and row.ratio else row.ratio
+        if not kept >= floor:  # a NaN fails too
+            found.append(f"{row.scenario} {row.key}: NEW/OLD {row.ratio:.2f}x ({row.label})")
+    found += [f"{name}: not reported by both sides" for name in sorted(gate - seen)]
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -329,7 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     path = args.results / "ab.json"
     path.write_text(json.dumps(summary, indent=2, default=float) + "\n")
     print(f"wrote {path}")
-    return 1 if old.failures or new.failures else 0
+    if old.failures or new.failures:
+        return 1
+    if args.fail_below is not None:
+        gate = {name.strip() for name in args.gate.split(",") if name.strip()}
+        fallen = regressions(rows, gate, args.fail_below)
+        for line in fallen:
+            print(f"regression: {line}, below the floor of {args.fail_below:g}x")
+        if fallen:
+            return 3
+        print(f"no gated figure ({', '.join(sorted(gate))}) fell below {args.fail_below:g}x of OLD")
+    return 0
 
 
 if __name__ == "__main__":

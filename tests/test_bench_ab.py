@@ -73,3 +73,26 @@ def test_the_two_sides_run_their_own_commits(tmp_path: Path) -> None:
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True).stdout
     for side in sides.values():  # both checkouts removed (another bench.ab may have its own)
         assert side["worktree"] not in worktrees and not Path(side["worktree"]).exists()
+
+
+def _row(key: str, unit: str, old: float, new: float) -> ab.Row:
+    row = ab.Row("a", key, key, unit)
+    row.by_round["old"][0], row.by_round["new"][0] = old, new
+    return row
+
+
+def test_the_smoke_guard_flags_only_a_gated_figure_that_fell_below_the_floor() -> None:
+    rows = [
+        _row("sqlite_json", "events/s", 60_000, 29_000),   # 0.48x: fallen below half
+        _row("sqlite_ndjson", "events/s", 60_000, 31_000),  # 0.52x: within the floor
+        _row("redis", "events/s", 60_000, 10_000),          # not gated
+        _row("p99", "ms", 10.0, 21.0),                      # a time: 2.1x slower is 0.48x
+    ]
+    found = ab.regressions(rows, {"a:sqlite_json", "a:sqlite_ndjson", "a:p99"}, 0.5)
+    assert [line.split(":")[0] for line in found] == ["a sqlite_json", "a p99"]
+    assert ab.regressions(rows[1:2], {"a:sqlite_ndjson"}, 0.5) == []
+
+
+def test_a_gated_figure_that_neither_side_reported_fails_the_guard() -> None:
+    found = ab.regressions([_row("sqlite_json", "events/s", 1.0, 1.0)], {"a:sqlite_json", "a:gone"}, 0.5)
+    assert found == ["a:gone: not reported by both sides"]
