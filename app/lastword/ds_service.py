@@ -14,12 +14,19 @@ Across replicas (PostgreSQL) another replica's commit reaches this one as a comm
 hands to :meth:`StreamService.changed`. Parked readers do not look at the log meanwhile; when
 notices may have been lost (the listening connection dropped), every parked reader is woken
 to read again (:meth:`StreamService.wake_all`).
+
+Readers woken by the same change at the same offset share one read (:meth:`StreamService._shared_read`):
+a hundred ``live=sse`` readers of a stream cost one read of the store per append, not a
+hundred. A reader joins a read under way only when nothing changed since that read started
+(a count of the changes told here); otherwise it could be handed what the log held before the
+change it was woken for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections import defaultdict
@@ -61,9 +68,13 @@ class StreamService:
         #: How many live reads are registered to be woken now (a count kept as they come and
         #: go, so that another thread, a test's, can read it while the loop changes the waiters).
         self.waiting = 0
+        #: Changes told so far (any stream); a shared read is joined only at the count it began at.
+        self._changes = 0
+        self._reads: dict[tuple[str, int], tuple[int, asyncio.Future[Slice]]] = {}
 
     def changed(self, path: str) -> None:
         """The stream at ``path`` changed (here, or on another replica): its readers read again."""
+        self._changes += 1
         for waiter in self._waiters.get(path, ()):
             waiter.set()
 
@@ -73,6 +84,7 @@ class StreamService:
 
     def wake_all(self) -> None:
         """Every parked reader reads again (commit notices may have been lost)."""
+        self._changes += 1
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.set()
@@ -127,7 +139,7 @@ class StreamService:
             while True:
                 woken = waiter.is_set()
                 waiter.clear()
-                found = await self._read(path, position, READ_BYTES)
+                found = await self._shared_read(path, position)
                 left = deadline - loop.time()
                 if found.entries or found.state.closed or self.draining or woken or left <= 0:
                     return found
@@ -141,6 +153,23 @@ class StreamService:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[path]
+
+    async def _shared_read(self, path: str, position: int) -> Slice:
+        """:meth:`_read` of a live reader, shared with the others at the same place since the last change."""
+        key = (path, position)
+        under_way = self._reads.get(key)
+        if under_way is None or under_way[0] != self._changes:
+            read = asyncio.ensure_future(self._read(path, position, READ_BYTES))
+            self._reads[key] = under_way = (self._changes, read)
+            read.add_done_callback(functools.partial(self._read_done, key))
+        # Shielded: a reader that leaves (its client gone) does not cancel the others' read.
+        return await asyncio.shield(under_way[1])
+
+    def _read_done(self, key: tuple[str, int], read: asyncio.Future[Slice]) -> None:
+        if self._reads.get(key, (0, None))[1] is read:
+            del self._reads[key]
+        if not read.cancelled():
+            read.exception()  # each reader that awaited it has it raised; none left is no error
 
     async def _read(self, path: str, position: int | str, max_bytes: int) -> Slice:
         run_id = run_id_of(path)
