@@ -133,7 +133,8 @@ async def _one_fleet(
         for first in range(0, children, 100):
             made = await asyncio.gather(*(
                 loop.create_connection(
-                    lambda n=n: ChunkSubscriber(
+                    functools.partial(
+                        ChunkSubscriber,
                         f"GET /v1/runs/{runs[n]}/stream?include=chunks HTTP/1.1\r\nHost: x\r\n\r\n".encode(), arrivals[n]),
                     host, int(port))
                 for n in range(first, min(children, first + 100))))
@@ -151,10 +152,10 @@ async def _one_fleet(
         # Each child's request opens with its first delta: N connections and requests started at
         # once, a cold start that would otherwise fill the first half second of every N's tail.
         # It is measured on its own (``first_p99``); the fleet is timed once every child streams.
-        first_pushed = [{WARM: time.perf_counter()} for _ in runs]
-        for pusher, sent in zip(pushers, first_pushed):
+        first_pushed: list[dict[str, float]] = []
+        for pusher in pushers:
             pusher.push_text(WARM)
-            sent[WARM] = time.perf_counter()
+            first_pushed.append({WARM: time.perf_counter()})
         opened = await _arrived(first_pushed, arrivals, WARM_SECONDS)
         pushed: list[dict[str, float]] = [{} for _ in runs]
         tick = 1.0 / RATE
