@@ -96,3 +96,11 @@ def test_the_smoke_guard_flags_only_a_gated_figure_that_fell_below_the_floor() -
 def test_a_gated_figure_that_neither_side_reported_fails_the_guard() -> None:
     found = ab.regressions([_row("sqlite_json", "events/s", 1.0, 1.0)], {"a:sqlite_json", "a:gone"}, 0.5)
     assert found == ["a:gone: not reported by both sides"]
+
+
+def test_a_cpu_time_in_microseconds_that_doubled_is_a_regression() -> None:
+    """CPU per event is reported in µs: a smaller figure is the better one, as for ms."""
+    rows = [_row("cpu_per_event", "µs", 15.0, 31.0), _row("rss", "MiB", 80.0, 170.0)]
+    assert ab.regressions(rows, {"a:cpu_per_event", "a:rss"}, 0.5) == [
+        "a cpu_per_event: NEW/OLD 2.07x (cpu_per_event)", "a rss: NEW/OLD 2.12x (rss)"]
+    assert rows[0].better == "worse"
