@@ -20,6 +20,15 @@ a hundred ``live=sse`` readers of a stream cost one read of the store per append
 hundred. A reader joins a read under way only when nothing changed since that read started
 (a count of the changes told here); otherwise it could be handed what the log held before the
 change it was woken for.
+
+A reader that can be written to at once (a ``live=sse`` stream below the ASGI chain, which
+gives :meth:`StreamService.wait` a ``deliver`` callable) is not woken while it waits: the
+change starts one shared read for the readers parked at each offset, and its answer is handed
+to each of them from that read's completion, which moves the reader's offset on. A thousand
+readers then cost one read and a thousand writes in one pass, not a thousand task wake-ups. A
+reader is written to only while it is parked (waiting, not reading or sending itself) and at
+the offset the read began at, so a delivery and the reader's own reads never overlap; when it
+cannot be written (its connection's buffer is full), it is woken as any other reader.
 """
 
 from __future__ import annotations
@@ -58,11 +67,26 @@ class StreamStore(Streams, RunLog, Protocol):
     """What the Durable Streams service uses: the streams, and the runs' logs behind ``/runs/…``."""
 
 
+class LiveReader:
+    """A live read's place in a stream while :meth:`StreamService.wait` runs, and how it is told of a change."""
+
+    __slots__ = ("position", "woken", "deliver", "parked")
+
+    def __init__(self, position: int, woken: asyncio.Event, deliver: Callable[[Slice], bool] | None) -> None:
+        #: The offset the reader has had everything before; moved on by each delivery.
+        self.position = position
+        self.woken = woken
+        #: Writes a slice to the reader's client now; ``False`` when it cannot (nothing written).
+        self.deliver = deliver
+        #: Waiting for a change, neither reading nor returning: only then may it be delivered to.
+        self.parked = False
+
+
 class StreamService:
     def __init__(self, store: StreamStore, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self.clock = clock
-        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: dict[str, set[LiveReader]] = defaultdict(set)
         #: Set when the service shuts down: live reads answer now.
         self.draining = False
         #: How many live reads are registered to be woken now (a count kept as they come and
@@ -75,8 +99,17 @@ class StreamService:
     def changed(self, path: str) -> None:
         """The stream at ``path`` changed (here, or on another replica): its readers read again."""
         self._changes += 1
-        for waiter in self._waiters.get(path, ()):
-            waiter.set()
+        readers = self._waiters.get(path)
+        if not readers:
+            return
+        offsets: set[int] = set()
+        for reader in readers:
+            if reader.parked and reader.deliver is not None and not reader.woken.is_set():
+                offsets.add(reader.position)
+            else:
+                reader.woken.set()
+        for position in offsets:
+            self._push(path, position)
 
     def run_changed(self, run_id: str) -> None:
         """A run's log changed: the readers of its stream (``/ds/runs/{runId}``) read again."""
@@ -85,9 +118,9 @@ class StreamService:
     def wake_all(self) -> None:
         """Every parked reader reads again (commit notices may have been lost)."""
         self._changes += 1
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                waiter.set()
+        for readers in self._waiters.values():
+            for reader in readers:
+                reader.woken.set()
 
     def drain(self) -> None:
         self.draining = True
@@ -126,44 +159,88 @@ class StreamService:
             await self._store.ds_touch(path, self.clock())
         return found
 
-    async def wait(self, path: str, position: int, timeout: float, waiter: asyncio.Event | None = None) -> Slice:
+    async def wait(self, path: str, position: int, timeout: float, waiter: asyncio.Event | None = None,
+                   deliver: Callable[[Slice], bool] | None = None) -> Slice:
         """The entries after ``position`` once there are some, the stream is closed, or
         ``timeout`` seconds have passed (then an empty slice). Setting ``waiter`` (the caller's
-        own, when it gives one) ends the wait early too, with whatever the log then holds."""
+        own, when it gives one) ends the wait early too, with whatever the log then holds.
+
+        Given ``deliver``, what a change brings while the wait is parked is handed to it instead
+        (the wait goes on): the slice returned then starts where the last delivery ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        waiter = waiter or asyncio.Event()
-        self._waiters[path].add(waiter)
+        reader = LiveReader(position, waiter or asyncio.Event(), deliver)
+        self._waiters[path].add(reader)
         self.waiting += 1
         try:
             while True:
-                woken = waiter.is_set()
-                waiter.clear()
-                found = await self._shared_read(path, position)
+                woken = reader.woken.is_set()
+                reader.woken.clear()
+                found = await self._shared_read(path, reader.position)
                 left = deadline - loop.time()
                 if found.entries or found.state.closed or self.draining or woken or left <= 0:
                     return found
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), left)
-                    # woken: read again (the next turn's read), and answer whatever it finds
+                reader.parked = True
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(reader.woken.wait(), left)
+                        # woken: read again (the next turn's read), and answer whatever it finds
+                finally:
+                    reader.parked = False
         finally:
             self.waiting -= 1
-            waiters = self._waiters.get(path)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
+            readers = self._waiters.get(path)
+            if readers is not None:
+                readers.discard(reader)
+                if not readers:
                     del self._waiters[path]
+
+    def _push(self, path: str, position: int) -> None:
+        """Read after ``position`` once for the readers parked there, and deliver it to them."""
+        read = self._start_read(path, position)
+        read.add_done_callback(functools.partial(self._delivered, path, position, self._changes))
+
+    def _delivered(self, path: str, position: int, changes: int, read: asyncio.Future[Slice]) -> None:
+        """Hand a pushed read's answer to the readers still parked where it began; wake those it
+        cannot be handed to. ``changes``: the count of changes when the read was pushed."""
+        readers = self._waiters.get(path)
+        if not readers:
+            return
+        found = None if read.cancelled() or read.exception() is not None else read.result()
+        moved = False
+        for reader in list(readers):
+            if not reader.parked or reader.position != position or reader.woken.is_set():
+                continue  # reading for itself, moved on by another read, or already woken
+            if found is None or found.state.closed or not found.up_to_date:
+                reader.woken.set()  # a failed read, the end of the stream or more to read: its own task
+            elif found.entries:
+                if reader.deliver is not None and reader.deliver(found):
+                    reader.position = found.end
+                    moved = True
+                else:
+                    reader.woken.set()
+            # else nothing new after its offset: it goes on waiting
+        if moved and changes != self._changes:
+            # Changed again since this read began: what that brought may be past this read's end,
+            # and the readers just moved are no longer at the offset a newer read began at. (The
+            # count is of every stream's changes: at worst, one read more that finds nothing.)
+            for position in {r.position for r in readers if r.parked and r.deliver is not None}:
+                self._push(path, position)
 
     async def _shared_read(self, path: str, position: int) -> Slice:
         """:meth:`_read` of a live reader, shared with the others at the same place since the last change."""
+        # Shielded: a reader that leaves (its client gone) does not cancel the others' read.
+        return await asyncio.shield(self._start_read(path, position))
+
+    def _start_read(self, path: str, position: int) -> asyncio.Future[Slice]:
+        """The read after ``position`` under way since the last change, or a new one."""
         key = (path, position)
         under_way = self._reads.get(key)
         if under_way is None or under_way[0] != self._changes:
             read = asyncio.ensure_future(self._read(path, position, READ_BYTES))
             self._reads[key] = under_way = (self._changes, read)
             read.add_done_callback(functools.partial(self._read_done, key))
-        # Shielded: a reader that leaves (its client gone) does not cancel the others' read.
-        return await asyncio.shield(under_way[1])
+        return under_way[1]
 
     def _read_done(self, key: tuple[str, int], read: asyncio.Future[Slice]) -> None:
         if self._reads.get(key, (0, None))[1] is read:

@@ -250,6 +250,23 @@ def _event(name: str, data: str) -> bytes:
     return (f"event: {name}\n" + "".join(f"data:{line}\n" for line in lines) + "\n").encode()
 
 
+class _LastDataEvent:
+    """The ``data`` event of the last slice encoded: a change delivered to a thousand readers
+    hands each the same slice, which is encoded once."""
+
+    found: Slice | None = None
+    content_type = ""
+    event = b""
+
+
+def _data_event(found: Slice, content_type: str) -> bytes:
+    last = _LastDataEvent
+    if last.found is not found or last.content_type != content_type:
+        last.event = _event("data", ds.sse_data(found.entries, content_type))
+        last.found, last.content_type = found, content_type
+    return last.event
+
+
 def _sse(request: Request, service: StreamService, name: str, first: Slice, client_cursor: str | None) -> Response:
     settings = request.app.state.settings
     content_type = first.state.content_type
@@ -267,7 +284,7 @@ def _sse(request: Request, service: StreamService, name: str, first: Slice, clie
         found = first
         while True:
             if found.entries:
-                yield _event("data", ds.sse_data(found.entries, content_type)) + _control(found, service, client_cursor)
+                yield _data_event(found, content_type) + _control(found, service, client_cursor)
             elif found is first or found.state.closed:
                 yield _control(found, service, client_cursor)
             if found.state.closed and found.up_to_date:
@@ -281,17 +298,24 @@ def _sse(request: Request, service: StreamService, name: str, first: Slice, clie
                 if gone or left <= 0 or service.draining:
                     return
                 try:
-                    found = await service.wait(name, position, min(left, settings.keepalive_seconds), stop)
+                    found = await service.wait(name, position, min(left, settings.keepalive_seconds), stop,
+                                               deliver if response.detached else None)
                 except LastwordError:
                     return  # deleted or expired meanwhile: the stream ends
                 if found.entries or found.state.closed:
                     break
+                position = found.start  # past what was delivered meanwhile
                 if not gone:
                     yield b":\r\n\r\n"
+
+    def deliver(found: Slice) -> bool:
+        """Write what a change brought while the stream waits (:meth:`StreamService.wait`)."""
+        return response.write_now(_data_event(found, content_type) + _control(found, service, client_cursor))
 
     headers = {**SECURITY, "Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"}
     if ds.sse_base64(content_type):
         headers["Stream-SSE-Data-Encoding"] = "base64"
-    return sse.EventStream(messages(), send_timeout=settings.sse_send_timeout_seconds,
-                           on_disconnect=disconnected, release=lambda: None, headers=headers,
-                           content_type="text/event-stream")
+    response = sse.EventStream(messages(), send_timeout=settings.sse_send_timeout_seconds,
+                               on_disconnect=disconnected, release=lambda: None, headers=headers,
+                               content_type="text/event-stream")
+    return response

@@ -170,6 +170,11 @@ class EventStream(Response):
             self._listening = False
             self._on_disconnect()
 
+    @property
+    def detached(self) -> bool:
+        """Written below the ASGI chain (so :meth:`write_now` can write)."""
+        return self._line is not None
+
     def write_now(self, chunk: bytes) -> bool:
         """Write ``chunk`` at once, from outside the stream's task, if that can be done without
         waiting and without overtaking what the task is sending; ``False`` if not (nothing
