@@ -26,6 +26,7 @@ on the same turn finds the lock already held by its batch (:class:`~lastword.sto
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import sqlite3
 import threading
@@ -40,6 +41,7 @@ from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
 from lastword.store.tx import Holds, Tx
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: Most writes one transaction takes; past it the rest wait for the next commit.
 MAX_BATCH = 512
@@ -68,10 +70,15 @@ class GroupWriter:
     """The one writer thread of a SQLite store."""
 
     def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer",
-                 *, hold_commit_dir: Path | None = None) -> None:
-        """``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
+                 *, hold_commit_dir: Path | None = None,
+                 committed: Callable[[sqlite3.Connection], None] | None = None) -> None:
+        """``committed`` is called on the writer's thread, with its connection, after each batch
+        is committed and answered (:mod:`lastword.store.checkpoints`).
+
+        ``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
         writing a batch and before its ``COMMIT``, and says so by creating ``paused`` there."""
         self._connection = connection
+        self._committed = committed
         self._queue: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
         # Writes submitted in the current turn of each event loop, not yet handed over; only
         # that loop's thread touches its entry.
@@ -147,6 +154,11 @@ class GroupWriter:
                     loop.call_soon_threadsafe(_settle, jobs)
                 except RuntimeError:  # the loop closed while its write ran; nobody waits
                     pass
+            if self._committed is not None:
+                try:
+                    self._committed(self._connection())
+                except Exception:  # the batch is answered; the writer must go on
+                    log.exception("after a commit")
             if stop:
                 return
 

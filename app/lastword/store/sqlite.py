@@ -25,6 +25,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError
 from lastword.store import schema as ddl
+from lastword.store.checkpoints import Checkpointer, never_checkpoint
 from lastword.store.dialect import SqliteDialect
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
@@ -75,7 +76,9 @@ class SqliteStore(SqlStore):
         super().__init__(SqliteDialect(), **kwargs)
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
-        self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir)
+        self._checkpointer = None if self.path == ":memory:" else Checkpointer(self.path, self._connection)
+        self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir,
+                                   committed=self._checkpointer.committed if self._checkpointer else None)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -88,6 +91,7 @@ class SqliteStore(SqlStore):
             connection.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000:.0f}")
             enable_wal(connection)
             connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            never_checkpoint(connection)
             self._local.connection = connection
             with self._connections_lock:
                 self._connections.append(connection)
@@ -134,6 +138,8 @@ class SqliteStore(SqlStore):
         self._writer.stop()
         await asyncio.to_thread(self._writer.join)
         await asyncio.to_thread(self._reader_pool.shutdown, wait=True)
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.stop)
         with self._connections_lock:
             for connection in self._connections:
                 connection.close()
