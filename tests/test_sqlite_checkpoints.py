@@ -87,3 +87,22 @@ async def test_a_stores_wal_stays_bounded_under_writes_without_a_pause(tmp_path:
         assert wal < (WAL_FRAMES * WRITER_CHECKPOINTS_PAST + 2 * 256) * (PAGE + 24), f"the WAL grew to {wal:,} bytes"
     finally:
         await store.close()
+
+
+def test_a_checkpoint_is_asked_for_once_per_threshold_of_new_frames(tmp_path: Path) -> None:
+    """3,000 small commits, back to back (two frames or so each): a checkpoint per 1,000 new
+    frames, not one per commit. A commit made during a checkpoint does not ask for another at
+    once: so asked, every commit did until the WAL was started over (each one syncs)."""
+    path = tmp_path / "store.db"
+    writer = _connect(path)
+    writer.execute("CREATE TABLE t (x BLOB)")
+    checkpointer = Checkpointer(str(path), lambda: _connect(path))
+    try:
+        for _ in range(3000):
+            writer.execute("INSERT INTO t VALUES (?)", (os.urandom(64),))
+            checkpointer.committed(writer)
+        asked = checkpointer.checkpoints + checkpointer.writer_checkpoints
+        assert 1 <= asked <= 20, f"{asked} checkpoints"
+    finally:
+        checkpointer.stop()
+        writer.close()
