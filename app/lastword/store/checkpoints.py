@@ -10,16 +10,17 @@ turn's end answered ~5 ms late: the whole of the 99th percentile, which went wit
 So the store's connections never checkpoint by themselves. After each commit the writer calls
 :meth:`Checkpointer.committed`, which reads how many frames the WAL holds from the wal-index
 header (``mxFrame``, offset 16 of the ``-shm`` file, in the host's byte order: SQLite's WAL
-format, https://www.sqlite.org/walformat.html); past the same 1,000, the checkpointer's thread
-runs a ``PASSIVE`` checkpoint on its own connection: it waits for no writer and no reader, and
+format, https://www.sqlite.org/walformat.html); 1,000 frames past what the last checkpoint
+copied (or past 1,000 in a WAL started over), the checkpointer's thread runs a ``PASSIVE``
+checkpoint on its own connection: it waits for no writer and no reader, and
 copies what no reader still needs. Once all of the WAL is copied, the writer's next
 transaction starts the WAL over (the file is written over from its start, not truncated:
 ``journal_size_limit=0``, which truncated it there so that its size could be read instead,
 put most of the ~5 ms back into that transaction).
 
 A checkpoint under way while the writer goes on writing cannot copy what is written meanwhile,
-and the WAL is started over only once all of it is copied: under writes without a pause (24 MB
-in 1 MB appends, back to back) the WAL grew to the whole 24 MB. So past four times the
+and the WAL is started over only once all of it is copied: under writes without a pause (40 MB
+in 1 MB appends, back to back) the WAL grew to all of it. So past four times the
 threshold the writer checkpoints itself, after its commit, as SQLite would have (a checkpoint
 with no write running copies everything), once the thread's checkpoint under way, if any, is
 over (of two at once, the second copies nothing): a bound on the WAL, paid only when the
