@@ -81,6 +81,11 @@ class LiveReader:
         #: Waiting for a change, neither reading nor returning: only then may it be delivered to.
         self.parked = False
 
+    @property
+    def deliverable(self) -> bool:
+        """A change is to be delivered to it rather than wake it."""
+        return self.parked and self.deliver is not None and not self.woken.is_set()
+
 
 class StreamService:
     def __init__(self, store: StreamStore, *, clock: Callable[[], float] = time.time) -> None:
@@ -102,14 +107,10 @@ class StreamService:
         readers = self._waiters.get(path)
         if not readers:
             return
-        offsets: set[int] = set()
         for reader in readers:
-            if reader.parked and reader.deliver is not None and not reader.woken.is_set():
-                offsets.add(reader.position)
-            else:
+            if not reader.deliverable:
                 reader.woken.set()
-        for position in offsets:
-            self._push(path, position)
+        self._push_parked(path, readers)
 
     def run_changed(self, run_id: str) -> None:
         """A run's log changed: the readers of its stream (``/ds/runs/{runId}``) read again."""
@@ -195,10 +196,11 @@ class StreamService:
                 if not readers:
                     del self._waiters[path]
 
-    def _push(self, path: str, position: int) -> None:
-        """Read after ``position`` once for the readers parked there, and deliver it to them."""
-        read = self._start_read(path, position)
-        read.add_done_callback(functools.partial(self._delivered, path, position, self._changes))
+    def _push_parked(self, path: str, readers: set[LiveReader]) -> None:
+        """Read once at each offset that deliverable readers of ``path`` are at, and deliver it."""
+        for position in {reader.position for reader in readers if reader.deliverable}:
+            read = self._start_read(path, position)
+            read.add_done_callback(functools.partial(self._delivered, path, position, self._changes))
 
     def _delivered(self, path: str, position: int, changes: int, read: asyncio.Future[Slice]) -> None:
         """Hand a pushed read's answer to the readers still parked where it began; wake those it
@@ -224,8 +226,7 @@ class StreamService:
             # Changed again since this read began: what that brought may be past this read's end,
             # and the readers just moved are no longer at the offset a newer read began at. (The
             # count is of every stream's changes: at worst, one read more that finds nothing.)
-            for position in {r.position for r in readers if r.parked and r.deliver is not None}:
-                self._push(path, position)
+            self._push_parked(path, readers)
 
     async def _shared_read(self, path: str, position: int) -> Slice:
         """:meth:`_read` of a live reader, shared with the others at the same place since the last change."""
