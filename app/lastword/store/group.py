@@ -51,6 +51,7 @@ class Job:
     work: Callable[[Tx], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    key: str | None = None
     outcome: Any = None
     error: BaseException | None = None
 
@@ -66,31 +67,31 @@ def _settle(jobs: list[Job]) -> None:
             job.future.set_result(job.outcome)
 
 
-class GroupWriter:
-    """The one writer thread of a SQLite store."""
+class BatchWriter:
+    """One writer thread that takes the writes handed to it a batch at a time.
 
-    def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer",
-                 *, hold_commit_dir: Path | None = None,
-                 committed: Callable[[sqlite3.Connection], None] | None = None) -> None:
-        """``committed`` is called on the writer's thread, with its connection, after each batch
-        is committed and answered (:mod:`lastword.store.checkpoints`).
+    What a batch is committed as is the subclass's (:meth:`_commit`): it sets each job's
+    ``outcome`` or ``error``; this class answers them, in the order they ran, once it returns.
+    """
 
-        ``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
-        writing a batch and before its ``COMMIT``, and says so by creating ``paused`` there."""
-        self._connection = connection
-        self._committed = committed
+    def __init__(self, name: str, *, max_batch: int = MAX_BATCH) -> None:
+        self._max_batch = max_batch
         self._queue: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
         # Writes submitted in the current turn of each event loop, not yet handed over; only
         # that loop's thread touches its entry.
         self._pending: dict[asyncio.AbstractEventLoop, list[Job]] = {}
-        self._hold_dir = hold_commit_dir
         #: Set by :meth:`stop`: the thread takes nothing after that, so a write then is refused.
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
         self._thread.start()
 
-    async def submit(self, work: Callable[[Tx], T]) -> T:
-        """Run ``work(tx)`` in the next batch; its result once that batch has committed."""
+    async def submit(self, work: Callable[[Tx], T], key: str | None = None) -> T:
+        """Run ``work(tx)`` in the next batch; its result once that batch has committed.
+
+        ``key`` names the run whose row ``work`` locks first, for a writer that locks a
+        batch's rows up front (:mod:`lastword.store.postgres_group`)."""
         if self._stopped:
             # Closing waits for the writer off the loop, so a request still running may write
             # after the stop: its job would wait behind the thread's end for ever.
@@ -101,7 +102,7 @@ class GroupWriter:
         if pending is None:
             pending = self._pending[loop] = []
             loop.call_soon(self._hand_over, loop)
-        pending.append(Job(work, loop, future))
+        pending.append(Job(work, loop, future, key))
         return cast(T, await future)
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -123,19 +124,21 @@ class GroupWriter:
 
     def join(self) -> None:
         """Wait for the thread to commit what it was handed and stop (blocking: not on the loop)."""
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _loop(self) -> None:
-        waiting: list[Job] = []  # handed over, not yet in a batch (a batch holds MAX_BATCH at most)
+        most = self._max_batch
+        waiting: list[Job] = []  # handed over, not yet in a batch (a batch holds ``most`` at most)
         while True:
             if not waiting:
                 handed = self._queue.get()
                 if handed is None:
                     return
                 waiting = handed
-            batch, waiting = waiting[:MAX_BATCH], waiting[MAX_BATCH:]
+            batch, waiting = waiting[:most], waiting[most:]
             stop = False
-            while not waiting and len(batch) < MAX_BATCH:
+            while not waiting and len(batch) < most:
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
@@ -143,7 +146,7 @@ class GroupWriter:
                 if more is None:
                     stop = True
                     break
-                room = MAX_BATCH - len(batch)
+                room = most - len(batch)
                 batch, waiting = batch + more[:room], more[room:]
             self._commit(batch)
             by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
@@ -154,13 +157,41 @@ class GroupWriter:
                     loop.call_soon_threadsafe(_settle, jobs)
                 except RuntimeError:  # the loop closed while its write ran; nobody waits
                     pass
-            if self._committed is not None:
-                try:
-                    self._committed(self._connection())
-                except Exception:  # the batch is answered; the writer must go on
-                    log.exception("after a commit")
+            try:
+                self._answered()
+            except Exception:  # the batch is answered; the writer must go on
+                log.exception("after a commit")
             if stop:
                 return
+
+    def _commit(self, batch: list[Job]) -> None:
+        """Run and commit ``batch``, setting each job's ``outcome`` or ``error``."""
+        raise NotImplementedError
+
+    def _answered(self) -> None:
+        """After each batch is committed and answered, on the writer's thread."""
+
+
+class GroupWriter(BatchWriter):
+    """The one writer thread of a SQLite store."""
+
+    def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer",
+                 *, hold_commit_dir: Path | None = None,
+                 committed: Callable[[sqlite3.Connection], None] | None = None) -> None:
+        """``committed`` is called on the writer's thread, with its connection, after each batch
+        is committed and answered (:mod:`lastword.store.checkpoints`).
+
+        ``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
+        writing a batch and before its ``COMMIT``, and says so by creating ``paused`` there."""
+        super().__init__(name)
+        self._connection = connection
+        self._committed = committed
+        self._hold_dir = hold_commit_dir
+        self.start()
+
+    def _answered(self) -> None:
+        if self._committed is not None:
+            self._committed(self._connection())
 
     def _commit(self, batch: list[Job]) -> None:
         holds = Holds()
