@@ -257,6 +257,46 @@ class RunLogContract(ContractBase):
         _, turn = await store.turn_result("r1", None)
         assert turn.output == [text("".join(f"{awkward} {number}" for number in range(300)) + "next")]
 
+    @pytest.mark.anyio
+    async def test_appends_sent_together_each_commit_or_fail_alone(self, store: Store) -> None:
+        """Small appends sent in one turn of the loop, which a group commit takes together (a
+        SQLite batch, a PostgreSQL merged commit): each refused one leaves nothing of itself,
+        even one refused after its rows were written or by the database, and every other
+        commits, in the order sent."""
+        for run_id in ("a", "b", "ended"):
+            await store.create_run(spec(run_id), T0)
+        await store.end_turn("ended", "completed", None, T0)
+        ended_seq = (await store.get_run("ended")).last_seq
+        answers = await asyncio.gather(
+            store.append("a", [chunk("a1")], T0),
+            store.append("b", [turn_end(), chunk("after")], T0),  # refused by its last event
+            store.append("ended", [chunk("late")], T0),
+            store.append("missing", [chunk("x")], T0),
+            store.append("a", [chunk("a2"), turn_end(), chunk("after")], T0),  # a's second write
+            store.append("b", [chunk("b1")], T0),
+            store.append("a", [chunk("a3")], T0),
+            return_exceptions=True,
+        )
+        kinds = [type(answer).__name__ for answer in answers]
+        assert kinds == ["AppendOutcome", "RunEnded", "RunEnded", "RunNotFound", "RunEnded", "AppendOutcome",
+                         "AppendOutcome"], answers
+        assert [cast(Any, answers[index]).last_seq for index in (0, 5, 6)] == [2, 2, 3]
+        # A batch the database refuses a statement of (a NUL in an eventId).
+        again = await asyncio.gather(
+            store.append("b", [chunk("b2")], T0),
+            store.append("a", [chunk("a4", "bad\x00id")], T0),
+            store.append("a", [chunk("a5")], T0),
+            return_exceptions=True,
+        )
+        assert [type(answer).__name__ for answer in again] == ["AppendOutcome", "UnstorableValue", "AppendOutcome"]
+        assert [cast(Any, again[index]).last_seq for index in (0, 2)] == [3, 4], again
+        assert bodies(await store.events_after("a", 1, 10)) == [chunk("a1"), chunk("a3"), chunk("a5")]
+        assert bodies(await store.events_after("b", 1, 10)) == [chunk("b1"), chunk("b2")]
+        assert (await store.get_run("ended")).last_seq == ended_seq
+        for run_id, output in (("a", "a1a3a5"), ("b", "b1b2")):
+            run, turn = await store.turn_result(run_id, None)
+            assert (run.status, turn.ended, turn.output) == ("running", False, [text(output)])
+
     # -- ending turns --------------------------------------------------------------------------
 
     @pytest.mark.anyio

@@ -21,7 +21,8 @@ brings what only PostgreSQL does:
   upgrade it one after the other.
 
 Connections are synchronous psycopg connections from a :class:`psycopg_pool.ConnectionPool`,
-used from a thread pool (see :mod:`lastword.store.tx` for why). Every driver or pool failure becomes
+used from a thread pool (see :mod:`lastword.store.tx` for why); small appends are committed
+together by one writer thread instead (:mod:`lastword.store.postgres_group`). Every driver or pool failure becomes
 :class:`lastword.errors.Unavailable` here, once; a connection found dead before its transaction
 could commit is discarded and the transaction retried on a fresh one, so a replica recovers by
 itself when the database comes back. A failure during ``COMMIT`` (sent together with the last
@@ -32,12 +33,10 @@ and the client gets 503, never a 2xx for an event that may not be stored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import hashlib
 import logging
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -46,12 +45,16 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
+from lastword.rules.ds import Producer
+from lastword.rules.records import AppendOutcome
 from lastword.store import schema as ddl
 from lastword.store.migrations import upgrade_schema
 from lastword.store.notices import Notice, StreamNotice
 from lastword.store.dialect import insert_event_rows
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.sql import SqlStore
+from lastword.store.postgres_group import PostgresGroupWriter
+from lastword.store.postgres_tx import PipelinedTx
 from lastword.store.tx import Tx, run_in
 
 T = TypeVar("T")
@@ -59,7 +62,7 @@ P = ParamSpec("P")
 
 log = logging.getLogger("lastword")
 
-#: Connections (and worker threads) per replica.
+#: Worker threads per replica, each with a connection (and one for the merged commits).
 POOL_SIZE = 10
 #: Seconds a request waits for a pooled connection (or a new one) before it answers 503.
 POOL_TIMEOUT = 5.0
@@ -83,12 +86,6 @@ MIGRATIONS = ddl.migrations(ddl.POSTGRES)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
 READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-
-@functools.lru_cache(maxsize=512)
-def to_pyformat(statement: str) -> str:
-    """The shared ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
-    return statement.replace("%", "%%").replace("?", "%s")
 
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -179,89 +176,6 @@ class _Retry(Exception):
     """The connection died before the transaction could commit: try again on another one."""
 
 
-class PipelinedTx(Tx):
-    """A transaction that sends what it need not wait for together with what it must.
-
-    A statement whose result nobody reads (``run``: the ``BEGIN`` itself, a ``NOTIFY``, the
-    run's ``UPDATE``) is held back and goes out in one pipeline with the next statement that
-    returns rows, or with the ``COMMIT``; a COPY (:meth:`copy_in`) is left streaming and
-    completed just before the next statement. A batch append thus waits for the server four
-    times (``BEGIN`` with the run's row lock, the COPY's start, its end, the rest with the
-    ``COMMIT``) instead of seven, and the server stores the rows while the fold is computed.
-    Order is kept, and an error surfaces at the next exchange, still inside the transaction, so
-    it rolls back and is mapped like any other.
-    """
-
-    def __init__(self, connection: psycopg.Connection[Any], begin: str) -> None:
-        super().__init__(connection.cursor(), to_pyformat)
-        self.connection = connection
-        self._held: list[tuple[str, Sequence[Any] | None]] = [(begin, None)]
-        self._copy: contextlib.ExitStack | None = None
-        self.sent = False  # whether anything reached the server yet
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._held.append((to_pyformat(sql), params))
-
-    def copy_in(self, statement: str, pieces: Iterable[str]) -> None:
-        """Start ``COPY … FROM STDIN`` and send ``pieces``; it completes with the next statement."""
-        self.flush()
-        self._copy = contextlib.ExitStack()
-        copy = self._copy.enter_context(self.cursor.copy(statement))
-        for piece in pieces:
-            copy.write(piece)
-
-    def flush(self) -> None:
-        self._end_copy()
-        if self._held:
-            self._send(None)
-
-    def settle(self) -> None:
-        """Before the commit, find what can still fail safely: a COPY in progress is completed
-        and, when nothing reached the server yet, what was held back is sent (a connection that
-        died idle in the pool is found while a retry is still safe)."""
-        self._end_copy()
-        if not self.sent:
-            self.flush()
-
-    def commit(self) -> None:
-        self._end_copy()
-        self._held.append(("COMMIT", None))
-        self._send(None)
-
-    def discard(self) -> None:
-        """Give up what was not sent, and end a COPY still open, failed (a rollback follows)."""
-        self._held.clear()
-        copy, self._copy = self._copy, None
-        if copy is not None:
-            with contextlib.suppress(psycopg.Error):
-                failed = RuntimeError("the transaction is rolled back")
-                copy.__exit__(RuntimeError, failed, None)
-
-    def _end_copy(self) -> None:
-        copy, self._copy = self._copy, None
-        if copy is not None:
-            copy.close()
-
-    def _execute(self, sql: str, params: Sequence[Any]) -> None:
-        self._end_copy()
-        if self._held:
-            self._send((sql, params))
-        else:
-            self.cursor.execute(sql, params)
-
-    def _send(self, last: tuple[str, Sequence[Any]] | None) -> None:
-        held, self._held = self._held, []
-        self.sent = True
-        if len(held) == 1 and last is None:
-            self.connection.execute(held[0][0], held[0][1])
-            return
-        with self.connection.pipeline():
-            for sql, params in held:
-                self.connection.execute(sql, params)
-            if last is not None:
-                self.cursor.execute(*last)
-
-
 class PostgresDialect:
     """PostgreSQL's: row locks, a feed lock and commit notices, for replicas sharing a database.
 
@@ -325,7 +239,8 @@ class PostgresStore(SqlStore):
         self._pool = ConnectionPool(
             url,
             min_size=min(2, pool_size),
-            max_size=pool_size,
+            # One more for the merged commits' writer, so it never waits behind the threads.
+            max_size=pool_size + 1,
             open=False,
             timeout=POOL_TIMEOUT,
             reconnect_timeout=RECONNECT_SECONDS,
@@ -334,6 +249,9 @@ class PostgresStore(SqlStore):
             name="lastword",
         )
         self._threads = ThreadPoolExecutor(pool_size, thread_name_prefix="postgres")
+        self._merged = PostgresGroupWriter(
+            self._pool, lambda work: self._transact("BEGIN", POOL_TIMEOUT, work), POOL_TIMEOUT
+        )
 
     @property
     def channel(self) -> str:
@@ -388,6 +306,24 @@ class PostgresStore(SqlStore):
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_in(self._threads, self._transact, "BEGIN", POOL_TIMEOUT, lambda tx: fn(tx, *args, **kwargs))
 
+    async def append(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
+    ) -> AppendOutcome:
+        if len(events) >= COPY_FROM:
+            return await super().append(run_id, events, now, encoded)  # a batch: its own COPY
+        # A small append commits with the others pending (lastword.store.postgres_group).
+        return await self._merged.submit(lambda tx: self._append(tx, run_id, events, now, encoded), run_id)
+
+    async def append_as_producer(
+        self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
+        producer: Producer | None,
+    ) -> tuple[AppendOutcome, tuple[int, int] | None]:
+        if len(events) >= COPY_FROM:
+            return await super().append_as_producer(run_id, events, now, encoded, producer)
+        return await self._merged.submit(
+            lambda tx: self._append_as_producer(tx, run_id, events, now, encoded, producer), run_id
+        )
+
     async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_in(
             self._threads, self._transact, READ_ONLY, POOL_TIMEOUT, lambda tx: fn(tx, *args, **kwargs)
@@ -425,6 +361,8 @@ class PostgresStore(SqlStore):
             log.info("schema %s upgraded from version %d to %d", self.dialect.schema, found, len(MIGRATIONS))
 
     async def close(self) -> None:
+        self._merged.stop()
+        await asyncio.to_thread(self._merged.join)
         await run_in(self._threads, self._pool.close)
         # Waiting for the threads' last work blocks: in a thread, not on the loop.
         await asyncio.to_thread(self._threads.shutdown, wait=True)

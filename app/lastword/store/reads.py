@@ -28,9 +28,11 @@ EXPIRED_BATCH = 500
 
 def run(tx: Tx, dialect: Dialect, run_id: str, *, lock: bool) -> RunRecord:
     """The run; ``lock`` holds its row until the transaction ends (every change does)."""
-    row = tx.one(
-        f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + (dialect.lock_clause if lock else ""), (run_id,)
-    )
+    row = tx.locked_run(run_id) if lock else None
+    if row is None:
+        row = tx.one(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + (dialect.lock_clause if lock else ""), (run_id,)
+        )
     if row is None:
         refuse_deleted(tx, run_id)
         raise RunNotFound(f"no run with id {run_id!r}", runId=run_id)

@@ -81,6 +81,14 @@ class Tx:
     def flush(self) -> None:
         """Send the statements :meth:`run` may have held back (before using ``cursor`` directly)."""
 
+    def locked_run(self, run_id: str) -> Any:
+        """The run's row, if this transaction locked it before the write began (None: select it).
+
+        PostgreSQL's merged commit locks the rows of a whole batch in one statement
+        (:mod:`lastword.store.postgres_group`); each is handed out once, to the batch's first
+        write on that run, since the writes after it see it changed."""
+        return None
+
     def _execute(self, sql: str, params: Sequence[Any]) -> None:
         self.cursor.execute(sql, params)
 
