@@ -90,6 +90,32 @@ async def test_refused_writes_are_undone_inside_the_batch(store: Store, caplog: 
         assert (run.status, turn.ended, turn.output) == ("running", False, [text(output)])
 
 
+
+async def test_small_appends_sent_together_keep_every_character(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """Appends of one event sent together, whose statements go with the COMMIT as one query,
+    their values quoted on this side: quotes, backslashes, placeholders, SQL and any text are
+    kept exactly, with the time they were received, and the batch commits as sent (a mistake
+    in the quoting would make PostgreSQL refuse it and the writes run again). No eventIds: a
+    write looking its ids up sends what the batch held before it in a pipeline instead."""
+    caplog.set_level(logging.INFO, logger="lastword")
+    awkward = [
+        "it's", 'say "hi"', "back\\slash \\' E'\\x41'", "%s %(name)s %% ?", "'; DROP TABLE events; --",
+        "$$ dollar $tag$ quoted $tag$", "tab\there\nnew line\r", "emoji \U0001f600 e\u0301 \u202e rtl",
+        "\\N", "", " ",
+    ]
+    runs = [f"q{number}" for number in range(len(awkward))]
+    for run_id in runs:
+        await store.create_run(spec(run_id), T0)
+        await store.append(run_id, [chunk("first")], T0)  # (its fold is read now, not in the batch)
+    await asyncio.gather(*(
+        store.append(run_id, [chunk(value)], T0 + 0.125) for run_id, value in zip(runs, awkward)
+    ))
+    assert fallbacks(caplog) == []
+    for run_id, value in zip(runs, awkward):
+        [event] = await store.events_after(run_id, 2, 10)
+        assert (event.body, event.received_at) == (chunk(value), T0 + 0.125)
+
+
 async def test_a_connection_lost_in_a_batch_runs_its_writes_again(
     store: Store, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -99,6 +99,25 @@ class MergedTx(PipelinedTx):
             self._held.append((f"ROLLBACK TO SAVEPOINT w{number}", None))
         self._held.append((f"RELEASE SAVEPOINT w{number}", None))
 
+    def commit(self) -> None:
+        """Send what is held and the ``COMMIT`` as one query of several statements, each with
+        its values bound by psycopg on this side (its quoting, ``ClientCursor.mogrify``).
+
+        In a pipeline psycopg spends about 60 us of this process's CPU per statement on this
+        machine, three statements per append; as one query the whole batch costs less than
+        half (bench: 63-77 against 140-157 us per append of 16), and this CPU is the GIL's.
+        A statement PostgreSQL refuses stops the query there, so the ``COMMIT`` after it
+        never runs; a value psycopg cannot quote (a NUL) is refused before anything is sent.
+        """
+        self._end_copy()
+        held, self._held = self._held, []
+        quote = psycopg.ClientCursor(self.connection).mogrify
+        statements = [sql if params is None else quote(sql, params) for sql, params in held]
+        statements.append("COMMIT")
+        self._exchanges += 1
+        self.sent = True
+        self.connection.execute(";\n".join(statements))
+
     def _execute(self, sql: str, params: Sequence[Any]) -> None:
         self._exchanges += 1
         super()._execute(sql, params)
