@@ -4,7 +4,8 @@ Several producer threads, each owning two continuable runs, send batches of even
 NDJSON bodies and JSON chunks, every event with an ``eventId``), end turns (by ``turn/end`` or by
 ``POST …/end``) and start the next ones, retrying every request that fails on the way (refused or
 cut connections, 503) until it is acknowledged. Meanwhile the test kills the server with SIGKILL
-at random moments (seeded, so a failure replays) and starts it again on the same SQLite file.
+at random moments (seeded, so a failure replays) and starts it again on the same database (a
+SQLite file, or a PostgreSQL schema).
 
 After every restart, with the producers held at a gate, each run's whole log is checked against
 what its producer sent: the producer events in the log are exactly the first ones it sent, in
@@ -277,11 +278,14 @@ def check_run(client: httpx.Client, script: RunScript) -> int:
     return len(produced)
 
 
-def test_nothing_acknowledged_is_lost_across_repeated_kill_9(tmp_path: Path) -> None:
-    """Twenty kill -9s at random moments under concurrent ingest: after each restart every acknowledged event is there once, seq has no gap, and every result is the rule applied to the log."""
+def test_nothing_acknowledged_is_lost_across_repeated_kill_9(database_url: str) -> None:
+    """Twenty kill -9s at random moments under concurrent ingest: after each restart every acknowledged event is there once, seq has no gap, and every result is the rule applied to the log.
+
+    On SQLite and on PostgreSQL, where the producers' small appends are merged commits
+    (``lastword.store.postgres_group``) that the kill cuts at any point of a batch."""
     rng = random.Random(SEED)
     server = ServerProcess({
-        "LASTWORD_DATABASE_URL": f"sqlite:///{tmp_path / 'lastword.db'}",
+        "LASTWORD_DATABASE_URL": database_url,
         "LASTWORD_LEASE_SECONDS": "3600",
         "LASTWORD_LOG_LEVEL": "error",
     }, cwd=REPO).start()
