@@ -16,11 +16,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from lastword.errors import Unreachable
 from lastword.factory import open_store
 from lastword.settings import Settings
 from lastword.store import Store
-from lastword.store.postgres import PostgresStore
+from lastword.store.postgres import PostgresStore, driver_error
+from lastword.store.postgres_group import PostgresGroupWriter
 from lastword.store.tx import Tx
+from psycopg_pool import ConnectionPool
 
 from tests.builders import chunk, text, turn_end
 from tests.conftest import postgres_schema
@@ -174,4 +177,60 @@ async def test_two_replicas_batches_over_the_same_runs_never_deadlock(
             assert [event.seq for event in logged] == list(range(1, 2 + 2 * TRIALS))
     finally:
         await other.close()
+
+
+class Counted:
+    """The writer's ``alone``: counts the writes run again one by one, and finds the store
+    unreachable, as a database that went away would be."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, work: Any) -> Any:
+        self.calls += 1
+        raise Unreachable("the PostgreSQL store cannot be reached: (in the test)")
+
+
+def nothing(tx: Tx) -> None:
+    """A write that writes nothing."""
+
+
+async def test_a_batch_with_no_connection_is_answered_at_once() -> None:
+    """No connection comes within the time-out (nothing listens on the port): the batch's
+    writes are all told 503 unreachable, none is run again alone to wait as long once more."""
+    pool = ConnectionPool("host=127.0.0.1 port=1 dbname=none connect_timeout=1", min_size=1, open=True,
+                          reconnect_timeout=1, name="unreachable")
+    alone = Counted()
+    writer = PostgresGroupWriter(pool, alone, 0.2, driver_error)
+    try:
+        answers = await asyncio.gather(*(writer.submit(nothing, f"r{number}") for number in range(5)),
+                                       return_exceptions=True)
+        assert [type(answer).__name__ for answer in answers] == ["Unreachable"] * 5, answers
+        assert alone.calls == 0
+    finally:
+        writer.stop()
+        await asyncio.to_thread(writer.join)
+        await asyncio.to_thread(pool.close)
+
+
+async def test_a_batch_run_again_stops_at_the_first_write_that_finds_no_store(database_url: str) -> None:
+    """A batch PostgreSQL refused (a statement of its first write fails) runs again one write
+    at a time; when the first of those finds the store unreachable, the others are told so
+    without trying."""
+    pool = ConnectionPool(database_url, min_size=1, open=True, kwargs={"autocommit": True}, name="refused")
+    alone = Counted()
+    writer = PostgresGroupWriter(pool, alone, 5.0, driver_error)
+
+    def divide(tx: Tx) -> Any:
+        return tx.one("SELECT 1 / 0")
+
+    try:
+        answers = await asyncio.gather(writer.submit(divide), writer.submit(nothing), writer.submit(nothing),
+                                       return_exceptions=True)
+        assert [type(answer).__name__ for answer in answers] == ["Unreachable"] * 3, answers
+        assert alone.calls == 1
+    finally:
+        writer.stop()
+        await asyncio.to_thread(writer.join)
+        await asyncio.to_thread(pool.close)
 

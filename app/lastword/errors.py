@@ -312,6 +312,11 @@ class Unavailable(LastwordError):
     status, code, title = 503, "store_unavailable", "Store unavailable"
 
 
+class Unreachable(Unavailable):
+    """The store could not be reached at all (no connection in time, or each attempt's lost):
+    another write tried now would wait as long and fail the same way."""
+
+
 class NoticesUnavailable(Unavailable):
     code = "notices_unavailable"
 

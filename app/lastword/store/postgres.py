@@ -44,7 +44,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from lastword.errors import LastwordError, Unavailable, UnstorableValue
+from lastword.errors import LastwordError, Unavailable, Unreachable, UnstorableValue
 from lastword.rules.ds import Producer
 from lastword.rules.records import AppendOutcome
 from lastword.store import schema as ddl
@@ -166,7 +166,7 @@ def driver_error(error: psycopg.Error | PoolTimeout) -> LastwordError:
     Anything else is the store failing: 503.
     """
     if isinstance(error, PoolTimeout):
-        return Unavailable("the PostgreSQL store cannot be reached: no connection")
+        return Unreachable("the PostgreSQL store cannot be reached: no connection")
     if isinstance(error, psycopg.DataError):
         return UnstorableValue(f"the store refused a value: {error}")
     return Unavailable(f"the PostgreSQL store failed: {error}")
@@ -250,7 +250,7 @@ class PostgresStore(SqlStore):
         )
         self._threads = ThreadPoolExecutor(pool_size, thread_name_prefix="postgres")
         self._merged = PostgresGroupWriter(
-            self._pool, lambda work: self._transact("BEGIN", POOL_TIMEOUT, work), POOL_TIMEOUT
+            self._pool, lambda work: self._transact("BEGIN", POOL_TIMEOUT, work), POOL_TIMEOUT, driver_error
         )
 
     @property
@@ -275,7 +275,7 @@ class PostgresStore(SqlStore):
                 raise
             except (PoolTimeout, psycopg.Error) as error:
                 raise driver_error(error) from error
-        raise Unavailable(f"the PostgreSQL store cannot be reached: {lost}") from lost
+        raise Unreachable(f"the PostgreSQL store cannot be reached: {lost}") from lost
 
     def _attempt(self, connection: psycopg.Connection[Any], begin: str, fn: Callable[[Tx], T]) -> T:
         tx = PipelinedTx(connection, begin)

@@ -29,6 +29,11 @@ backend tracks without overflowing to disk.
 again in a transaction of its own, as it would have without the merge, and is answered from
 that. Only a ``COMMIT`` whose connection dies under it has an unknown outcome: its writes are
 answered 503 (:class:`~lastword.errors.Unavailable`), never 2xx, as a lone transaction's are.
+
+**A store that cannot be reached** costs one wait, not one per write: a batch that gets no
+connection within the pool's time-out is answered 503 at once, and writes run again one by
+one stop at the first that finds no store (:class:`~lastword.errors.Unreachable`), the rest told
+the same. One thread waiting on each write in turn would otherwise hold the queue for minutes.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from lastword.errors import Unavailable
+from lastword.errors import LastwordError, Unavailable, Unreachable
 from lastword.store.group import BatchWriter, Job
 from lastword.store.postgres_tx import PipelinedTx, to_pyformat
 from lastword.store.rows import RUN_COLUMNS
@@ -138,13 +143,16 @@ class _Ended(enum.Enum):
 class PostgresGroupWriter(BatchWriter):
     """The writer thread of one replica's merged commits (see the module's docstring)."""
 
-    def __init__(self, pool: ConnectionPool, alone: Callable[[Callable[[Tx], Any]], Any], timeout: float) -> None:
+    def __init__(self, pool: ConnectionPool, alone: Callable[[Callable[[Tx], Any]], Any], timeout: float,
+                 mapped: Callable[[PoolTimeout], LastwordError]) -> None:
         """``alone(work)`` runs one write in a transaction of its own (blocking), retried on a
-        fresh connection as every PostgreSQL transaction is, errors mapped for the client."""
+        fresh connection as every PostgreSQL transaction is, errors mapped for the client;
+        ``mapped`` says what a client is told when no connection came within ``timeout``."""
         super().__init__("postgres-writer", max_batch=MAX_MERGED)
         self._pool = pool
         self._alone = alone
         self._timeout = timeout
+        self._mapped = mapped
         self.start()
 
     def _commit(self, batch: list[Job]) -> None:
@@ -153,7 +161,12 @@ class PostgresGroupWriter(BatchWriter):
         try:
             with self._pool.connection(timeout=self._timeout) as connection:
                 ended = self._merged(connection, batch, holds)
-        except (PoolTimeout, psycopg.Error) as error:
+        except PoolTimeout as error:
+            # No connection in time: each write run alone would wait as long again, one by one.
+            ended = _Ended.FAILED
+            for job in batch:
+                job.outcome, job.error = None, self._mapped(error)
+        except psycopg.Error as error:
             log.info("a merged commit of %d writes did not happen (%s); they run one by one", len(batch), error)
         except Exception as error:  # a bug is answered as itself rather than leave requests hanging
             ended = _Ended.FAILED
@@ -163,16 +176,26 @@ class PostgresGroupWriter(BatchWriter):
         finally:
             holds.release(ended is _Ended.COMMITTED)
         if ended is _Ended.AGAIN:
-            for job in batch:
-                job.outcome, job.error = None, None
-                try:
-                    job.outcome = self._alone(job.work)
-                except Exception as error:
-                    job.error = error
+            self._one_by_one(batch)
         elif ended is _Ended.UNKNOWN:
             for job in batch:
                 if job.error is None:
                     job.outcome, job.error = None, Unavailable("the PostgreSQL store failed during a commit")
+
+    def _one_by_one(self, batch: list[Job]) -> None:
+        """Run each write of a batch that committed nothing in a transaction of its own; once
+        the store cannot be reached at all, the rest are told so without waiting as long."""
+        unreachable: Unreachable | None = None
+        for job in batch:
+            job.outcome, job.error = None, unreachable
+            if unreachable is not None:
+                continue
+            try:
+                job.outcome = self._alone(job.work)
+            except Unreachable as error:
+                job.error = unreachable = error
+            except Exception as error:
+                job.error = error
 
     def _merged(self, connection: psycopg.Connection[Any], batch: list[Job], holds: Holds) -> _Ended:
         tx = MergedTx(connection, holds)
