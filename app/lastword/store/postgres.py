@@ -22,12 +22,13 @@ brings what only PostgreSQL does:
 
 Connections are synchronous psycopg connections from a :class:`psycopg_pool.ConnectionPool`,
 used from a thread pool (see :mod:`lastword.store.tx` for why); small appends are committed
-together by one writer thread instead (:mod:`lastword.store.postgres_group`). Every driver or pool failure becomes
-:class:`lastword.errors.Unavailable` here, once; a connection found dead before its transaction
-could commit is discarded and the transaction retried on a fresh one, so a replica recovers by
-itself when the database comes back. A failure during ``COMMIT`` (sent together with the last
-statements of the transaction, :class:`PipelinedTx`) is never retried: its outcome is unknown,
-and the client gets 503, never a 2xx for an event that may not be stored.
+together by one writer thread instead (:mod:`lastword.store.postgres_group`). Every driver or
+pool failure becomes :class:`lastword.errors.Unavailable` here, once; a connection found dead
+before its transaction could commit is discarded and the transaction retried on a fresh one,
+so a replica recovers by itself when the database comes back. A failure during ``COMMIT``
+(sent together with the last statements of the transaction, :class:`PipelinedTx`) is never
+retried: its outcome is unknown, and the client gets 503, never a 2xx for an event that may
+not be stored.
 """
 
 from __future__ import annotations
