@@ -10,6 +10,7 @@ writes again, and two replicas' batches over the same runs do not deadlock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -195,42 +196,42 @@ def nothing(tx: Tx) -> None:
     """A write that writes nothing."""
 
 
+@contextlib.asynccontextmanager
+async def writer_on(pool: ConnectionPool, timeout: float) -> AsyncIterator[tuple[PostgresGroupWriter, Counted]]:
+    """A merged writer on ``pool`` whose writes run again are counted; both closed after."""
+    alone = Counted()
+    writer = PostgresGroupWriter(pool, alone, timeout, driver_error)
+    try:
+        yield writer, alone
+    finally:
+        writer.stop()
+        await asyncio.to_thread(writer.join)
+        await asyncio.to_thread(pool.close)
+
+
 async def test_a_batch_with_no_connection_is_answered_at_once() -> None:
     """No connection comes within the time-out (nothing listens on the port): the batch's
     writes are all told 503 unreachable, none is run again alone to wait as long once more."""
     pool = ConnectionPool("host=127.0.0.1 port=1 dbname=none connect_timeout=1", min_size=1, open=True,
                           reconnect_timeout=1, name="unreachable")
-    alone = Counted()
-    writer = PostgresGroupWriter(pool, alone, 0.2, driver_error)
-    try:
+    async with writer_on(pool, 0.2) as (writer, alone):
         answers = await asyncio.gather(*(writer.submit(nothing, f"r{number}") for number in range(5)),
                                        return_exceptions=True)
         assert [type(answer).__name__ for answer in answers] == ["Unreachable"] * 5, answers
         assert alone.calls == 0
-    finally:
-        writer.stop()
-        await asyncio.to_thread(writer.join)
-        await asyncio.to_thread(pool.close)
 
 
 async def test_a_batch_run_again_stops_at_the_first_write_that_finds_no_store(database_url: str) -> None:
     """A batch PostgreSQL refused (a statement of its first write fails) runs again one write
     at a time; when the first of those finds the store unreachable, the others are told so
     without trying."""
-    pool = ConnectionPool(database_url, min_size=1, open=True, kwargs={"autocommit": True}, name="refused")
-    alone = Counted()
-    writer = PostgresGroupWriter(pool, alone, 5.0, driver_error)
 
     def divide(tx: Tx) -> Any:
         return tx.one("SELECT 1 / 0")
 
-    try:
+    pool = ConnectionPool(database_url, min_size=1, open=True, kwargs={"autocommit": True}, name="refused")
+    async with writer_on(pool, 5.0) as (writer, alone):
         answers = await asyncio.gather(writer.submit(divide), writer.submit(nothing), writer.submit(nothing),
                                        return_exceptions=True)
         assert [type(answer).__name__ for answer in answers] == ["Unreachable"] * 3, answers
         assert alone.calls == 1
-    finally:
-        writer.stop()
-        await asyncio.to_thread(writer.join)
-        await asyncio.to_thread(pool.close)
-
