@@ -296,12 +296,7 @@ class PostgresStore(SqlStore):
             return result
         finally:
             if not committed:
-                tx.discard()
-            if not committed and not connection.broken:
-                try:
-                    connection.execute("ROLLBACK")
-                except psycopg.Error:
-                    pass  # the pool discards a connection it cannot reset
+                tx.roll_back()
             tx.finish(committed)
 
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -234,9 +234,4 @@ class PostgresGroupWriter(BatchWriter):
             return _Ended.COMMITTED
         finally:
             if not committed:
-                tx.discard()
-                if not connection.broken:
-                    try:
-                        connection.execute("ROLLBACK")
-                    except psycopg.Error:
-                        pass  # the pool discards a connection it cannot reset
+                tx.roll_back()

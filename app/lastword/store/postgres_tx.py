@@ -72,14 +72,18 @@ class PipelinedTx(Tx):
         self._held.append(("COMMIT", None))
         self._send(None)
 
-    def discard(self) -> None:
-        """Give up what was not sent, and end a COPY still open, failed (a rollback follows)."""
+    def roll_back(self) -> None:
+        """Give up the transaction: what was not sent, a COPY still open (failed), and on the
+        server a ``ROLLBACK``, unless the connection is gone (the pool discards it)."""
         self._held.clear()
         copy, self._copy = self._copy, None
         if copy is not None:
             with contextlib.suppress(psycopg.Error):
                 failed = RuntimeError("the transaction is rolled back")
                 copy.__exit__(RuntimeError, failed, None)
+        if not self.connection.broken:
+            with contextlib.suppress(psycopg.Error):  # the pool discards a connection it cannot reset
+                self.connection.execute("ROLLBACK")
 
     def _end_copy(self) -> None:
         copy, self._copy = self._copy, None
