@@ -11,6 +11,7 @@ restarted server has exactly the answered events.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -20,11 +21,15 @@ from typing import Any
 
 import httpx
 import pytest
+from lastword.errors import Conflict
 from lastword.store.group import MAX_BATCH, GroupWriter
+from lastword.store.sqlite import SqliteStore
 from lastword.store.tx import Tx
 
 from tests.api_helpers import assert_problem, chunk, create, logged, result, serving
 from tests.servers import ServerProcess
+from tests.store_contract import T0, spec
+from tests.builders import chunk as chunk_event
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,4 +172,92 @@ def test_a_burst_larger_than_one_transaction_is_written_whole_and_in_order(tmp_p
     finally:
         writer.close()
     assert [n for (n,) in connection.execute("SELECT n FROM burst ORDER BY rowid")] == list(range(count))
+    connection.close()
+
+
+@pytest.mark.anyio
+async def test_a_held_change_sqlite_refuses_gives_the_batch_up_and_it_runs_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A write of a batch sends its changes when it returns, without a savepoint; when SQLite
+    refuses its second change (here a trigger refuses run ``b``'s update, after its event's
+    row went in), the batch is given up and runs again with a savepoint per write: ``b`` is
+    answered 503 and leaves nothing, the others commit."""
+    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
+    await store.open()
+    try:
+        for run_id in ("a", "b", "c"):
+            await store.create_run(spec(run_id), T0)
+        refuse = sqlite3.connect(tmp_path / "lastword.db")
+        refuse.execute("CREATE TRIGGER refuse_b BEFORE UPDATE ON runs WHEN NEW.run_id = 'b' "
+                       "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END")
+        refuse.commit()
+        refuse.close()
+        with caplog.at_level(logging.INFO, logger="lastword.store.group"):
+            answers = await asyncio.gather(
+                store.append("a", [chunk_event("a1")], T0), store.append("b", [chunk_event("b1")], T0),
+                store.append("c", [chunk_event("c1")], T0), return_exceptions=True,
+            )
+        assert [type(answer).__name__ for answer in answers] == ["AppendOutcome", "Unavailable", "AppendOutcome"]
+        assert [record.getMessage() for record in caplog.records if "given up" in record.getMessage()] == [
+            "a group commit of 3 writes was given up (refused by a trigger); they run again, each in a savepoint"
+        ]
+        for run_id, texts in (("a", ["a1"]), ("b", []), ("c", ["c1"])):
+            events = await store.events_after(run_id, 0, 10)
+            assert [event.body["delta"]["text"] for event in events if event.type == "assistant/chunk"] == texts
+            assert (await store.get_run(run_id)).last_seq == len(events)
+    finally:
+        await store.close()
+
+
+def test_each_write_of_a_batch_sees_its_own_changes_and_a_refused_one_leaves_none(tmp_path: Path) -> None:
+    """Writes of one batch, each changing a table in the ways the store's writes do: held
+    changes, a change sent at once (``INSERT … RETURNING``), reads after a change. Each read
+    sees what its write changed before it; a write refused after it sent a change leaves
+    nothing of it; every other write's changes all commit."""
+    connection = sqlite3.connect(tmp_path / "batch.db", isolation_level=None, check_same_thread=False)
+    connection.execute("CREATE TABLE rows (name TEXT)")
+    writer = GroupWriter(lambda: connection)
+
+    def count(tx: Tx, prefix: str) -> int:
+        return int(tx.one("SELECT count(*) FROM rows WHERE name LIKE ?", (f"{prefix}%",))[0])
+
+    def reads_its_change(tx: Tx) -> int:
+        tx.run("INSERT INTO rows (name) VALUES ('r1')")
+        seen = count(tx, "r")
+        tx.run("INSERT INTO rows (name) VALUES ('r2')")
+        return seen
+
+    def sends_at_once(tx: Tx) -> int:
+        tx.run("INSERT INTO rows (name) VALUES ('s1')")
+        rowid = int(tx.one("INSERT INTO rows (name) VALUES ('s2') RETURNING rowid")[0])
+        tx.run("INSERT INTO rows (name) VALUES ('s3')")
+        return rowid
+
+    def refused_after_sending(tx: Tx) -> None:
+        tx.one("INSERT INTO rows (name) VALUES ('x1') RETURNING rowid")  # its first change
+        tx.run("INSERT INTO rows (name) VALUES ('x2')")
+        raise Conflict("refused after its changes were sent")
+
+    def refused_before_sending(tx: Tx) -> None:
+        tx.many("INSERT INTO rows (name) VALUES (?)", [("y1",), ("y2",)])
+        raise Conflict("refused with its changes held")
+
+    def plain(tx: Tx) -> int:
+        tx.many("INSERT INTO rows (name) VALUES (?)", [("p1",), ("p2",)])
+        return count(tx, "")  # every change of the batch before it, and its own
+
+    async def batch() -> list[Any]:
+        works = [reads_its_change, refused_after_sending, sends_at_once, refused_before_sending, plain]
+        return list(await asyncio.gather(*(writer.submit(work) for work in works), return_exceptions=True))
+
+    try:
+        answers = asyncio.run(batch())
+    finally:
+        writer.close()
+    assert [type(answer).__name__ for answer in answers] == ["int", "Conflict", "int", "Conflict", "int"]
+    assert answers[0] == 1 and answers[4] == 7, answers
+    names = [name for (name,) in connection.execute("SELECT name FROM rows ORDER BY rowid")]
+    assert names == ["r1", "r2", "s1", "s2", "s3", "p1", "p2"]
+    assert answers[2] == 4  # s2's rowid: r1, r2 and s1 before it
     connection.close()

@@ -38,6 +38,7 @@ from typing import Any, TypeVar, cast
 
 from lastword.errors import LastwordError, Unavailable
 from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
+from lastword.store.sqlite_held import HeldChangeFailed, HeldTx
 from lastword.store.tx import Holds, Tx
 
 T = TypeVar("T")
@@ -54,6 +55,10 @@ class Job:
     key: str | None = None
     outcome: Any = None
     error: BaseException | None = None
+
+
+#: How a group commit runs one write of its batch: (job, its number, cursor, connection, holds).
+_RunWrite = Callable[[Job, int, Any, sqlite3.Connection, Holds], None]
 
 
 def _settle(jobs: list[Job]) -> None:
@@ -194,6 +199,15 @@ class GroupWriter(BatchWriter):
             self._committed(self._connection())
 
     def _commit(self, batch: list[Job]) -> None:
+        try:
+            self._transaction(batch, self._run_alone if len(batch) == 1 else self._run_held)
+        except HeldChangeFailed as failed:
+            log.info("a group commit of %d writes was given up (%s); they run again, each in a savepoint",
+                     len(batch), failed.cause)
+            self._transaction(batch, self._run_in_savepoint)
+
+    def _transaction(self, batch: list[Job], run: _RunWrite) -> None:
+        """One transaction running each write of ``batch`` with ``run``, committed if any succeeded."""
         holds = Holds()
         committed = False
         try:
@@ -201,15 +215,8 @@ class GroupWriter(BatchWriter):
             cursor = connection.cursor()
             connection.execute("BEGIN IMMEDIATE")
             try:
-                if len(batch) == 1:
-                    job = batch[0]
-                    try:
-                        job.outcome = job.work(SqliteTx(cursor, str, holds))
-                    except LastwordError as error:
-                        job.error = error
-                else:
-                    for number, job in enumerate(batch):
-                        self._run_in_savepoint(job, number, cursor, connection, holds)
+                for number, job in enumerate(batch):
+                    run(job, number, cursor, connection, holds)
                 if any(job.error is None for job in batch):
                     self._maybe_hold()
                     connection.execute("COMMIT")
@@ -217,6 +224,8 @@ class GroupWriter(BatchWriter):
             finally:
                 if not committed and connection.in_transaction:
                     connection.execute("ROLLBACK")
+        except HeldChangeFailed:
+            raise  # rolled back: the caller runs the batch again
         except Exception as error:  # a bug is answered as itself rather than leave requests hanging
             self._fail(batch, driver_error(error) if is_driver_error(error) else error)
         finally:
@@ -228,6 +237,27 @@ class GroupWriter(BatchWriter):
         for job in batch:
             if job.error is None:
                 job.error, job.outcome = error, None
+
+    @staticmethod
+    def _run_alone(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
+        """A batch of one: a refusal rolls back the whole transaction, so no savepoint."""
+        try:
+            job.outcome = job.work(SqliteTx(cursor, str, holds))
+        except LastwordError as error:
+            job.error = error
+
+    @staticmethod
+    def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
+        """A write of a batch with its changes held back (:mod:`lastword.store.sqlite_held`)."""
+        tx = HeldTx(connection, cursor, holds, number)
+        try:
+            job.outcome = job.work(tx)
+            tx.complete()
+        except HeldChangeFailed:
+            raise
+        except Exception as error:
+            tx.undo()
+            job.error, job.outcome = (driver_error(error) if is_driver_error(error) else error), None
 
     @staticmethod
     def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:

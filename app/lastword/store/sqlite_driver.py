@@ -36,7 +36,7 @@ def is_driver_error(error: BaseException) -> bool:
     return isinstance(error, (sqlite3.Error, *VALUE_ERRORS))
 
 
-def _refuse_nul(params: Sequence[Any]) -> Sequence[Any]:
+def refuse_nul(params: Sequence[Any]) -> Sequence[Any]:
     for value in params:
         if type(value) is str and "\x00" in value:
             # PostgreSQL cannot hold it: refused here too, so both backends answer alike.
@@ -48,7 +48,7 @@ class SqliteTx(Tx):
     """A transaction on SQLite that refuses the text values PostgreSQL would refuse."""
 
     def _execute(self, sql: str, params: Sequence[Any]) -> None:
-        self.cursor.execute(sql, _refuse_nul(params))
+        self.cursor.execute(sql, refuse_nul(params))
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.flush()
@@ -57,4 +57,4 @@ class SqliteTx(Tx):
 
 def _checked(rows: Iterable[Sequence[Any]]) -> Iterator[Sequence[Any]]:
     for row in rows:
-        yield _refuse_nul(row)
+        yield refuse_nul(row)
