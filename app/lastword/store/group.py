@@ -1,7 +1,7 @@
 """Group commit: one writer thread commits every write that is pending, in one transaction.
 
 Requests that arrive while a commit is under way queue up; the writer then takes all of them
-(up to ``MAX_BATCH``), runs each in a savepoint of one transaction, commits once, and only then
+(up to ``MAX_BATCH``), runs each in turn in one transaction, commits once, and only then
 answers each, in the order they ran. So sixteen connections each sending one event cost one
 ``BEGIN``/``COMMIT`` and one wake-up of the event loop per batch, not sixteen, while every
 request is still answered only after its own events are durable.
@@ -14,8 +14,11 @@ parsed: at 16 connections batches averaged two writes, most of them one, so near
 request paid a commit and a wake-up of the event loop of its own. No write waits for anything
 but the callbacks already due in the same turn.
 
-A write that fails (a 409, a bad request) is rolled back to its savepoint and answered with its
-error; the others in the batch commit. A failed ``COMMIT`` answers every write of the batch
+A write that fails (a 409, a bad request) leaves nothing of itself and is answered with its
+error; the others in the batch commit. Its changes were held until it returned, or, if it had
+to send one first, sent after a savepoint it is rolled back to
+(:mod:`lastword.store.sqlite_held`); a batch whose held change SQLite refuses when it is sent
+runs again, each write in a savepoint. A failed ``COMMIT`` answers every write of the batch
 with :class:`~lastword.errors.Unavailable`: nothing of it was acknowledged.
 
 Folds (:mod:`lastword.store.folds`) are locked by the first write of a batch that uses them and
