@@ -27,7 +27,7 @@ from fastapi import APIRouter, Header, Query, Request
 
 from lastword.errors import InvalidLastEventId
 from lastword.fanout.hub import Subscription
-from lastword.http.sse import EventStream, encode
+from lastword.http.sse import EventStream, encode, json_message
 from lastword.http.strict_ints import DecimalDigits, parse_decimal
 from lastword.http.views import result_view, run_view
 from lastword.rules.lifecycle import LIFECYCLE_TYPES, closes_run_stream
@@ -73,7 +73,7 @@ def _message(event: StoredEvent, message_id: int) -> bytes:
         event.encoded = {}
     encoded = event.encoded.get(message_id)
     if encoded is None:
-        encoded = event.encoded[message_id] = encode(orjson.dumps(event.body).decode(), event=event.type, id=message_id)
+        encoded = event.encoded[message_id] = json_message(orjson.dumps(event.body), event=event.type, id=message_id)
     return encoded
 
 
