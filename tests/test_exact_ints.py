@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import orjson
 from lastword.errors import NumberOutOfRange, TooDeeplyNested
+from lastword.http.ingest import MAX_NESTING, storable_json
 from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT, check_exact, first_inexact, may_hold_inexact
 
 values = st.recursive(
@@ -117,3 +119,25 @@ def test_nesting_too_deep_to_read_again_is_too_deeply_nested() -> None:
     assert error.value.detail == "the JSON nests too deeply to be read exactly or stored"
     # Deep, but not past what Python reads: walked without recursion.
     assert first_inexact("[" * 500 + "99999999999999999999" + "]" * 500, items=False) == (0, "[0]" * 500)
+
+
+@given(depth=st.integers(MAX_NESTING - 4, MAX_NESTING + 6) | st.integers(0, 300),
+       padding=st.lists(st.sampled_from(["[", "{", "]", "}", "a"]), max_size=300),
+       siblings=st.integers(0, 3), lists_every=st.integers(1, 3))
+def test_a_value_is_stored_exactly_when_it_nests_no_deeper_than_the_limit(depth: int, padding: list[str],
+                                                                          siblings: int, lists_every: int) -> None:
+    """Brackets in strings and containers beside the deepest path count for nothing: a value is
+    refused as too deeply nested exactly when its nesting passes MAX_NESTING, and stored as
+    its compact JSON otherwise."""
+    value: Any = "".join(padding)
+    for level in range(depth):
+        if level % lists_every:
+            value = {"k": value, **{f"s{n}": {} for n in range(siblings)}}
+        else:
+            value = [value, *([[]] * siblings)]
+    deepest = depth + (1 if siblings and depth else 0)
+    if deepest <= MAX_NESTING:
+        assert storable_json(value) == orjson.dumps(value)
+    else:
+        with pytest.raises(TooDeeplyNested):
+            storable_json(value)

