@@ -129,7 +129,7 @@ def parse_json(raw: bytes) -> Any:
 
 #: Levels of nesting kept free for the envelopes that stored values are served in (a stream's
 #: ``run/snapshot`` holds a run's metadata and a turn's error one level deeper than sent).
-NESTING_HEADROOM = 4
+NESTING_HEADROOM = 4  # storable_json's literal holds as many lists
 MAX_NESTING = 254 - NESTING_HEADROOM
 
 
@@ -139,22 +139,12 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
     orjson reads up to 1024 levels of nesting but writes at most 254, so a value between the
     two would parse and then fail every answer that holds it: it is refused as input instead.
     One encoding serves both the check and the store.
-
-    A value can nest no deeper than its JSON has brackets (those inside strings only add to
-    the count): one with at most :data:`MAX_NESTING` of them is written as it is, without the
-    wrapping that costs more than the encoding itself (0.97 against 0.57 us for a chunk event).
     """
     try:
-        plain = orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        plain = None  # deeper than orjson writes: refused below
-    if plain is not None and plain.count(b"[") + plain.count(b"{") <= MAX_NESTING:
-        return plain
-    wrapped = value
-    for _ in range(NESTING_HEADROOM):
-        wrapped = [wrapped]
-    try:
-        return orjson.dumps(wrapped)[NESTING_HEADROOM:-NESTING_HEADROOM]
+        # The four lists written as one literal: built in a loop they cost a quarter of the
+        # call for a small event. (Writing the value plain first, and wrapped only when its
+        # brackets could nest that deep, made a bracket-heavy event 3-4 times slower.)
+        return orjson.dumps([[[[value]]]])[NESTING_HEADROOM:-NESTING_HEADROOM]
     except orjson.JSONEncodeError:
         where = "the body" if index is None else f"event {index}"
         extra = {} if index is None else {"index": index}
