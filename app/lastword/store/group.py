@@ -250,10 +250,14 @@ class GroupWriter(BatchWriter):
             job.error = error
 
     @staticmethod
-    def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
-        """A write of a batch with its changes held back (:mod:`lastword.store.sqlite_held`)."""
+    def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
+                  *, savepoint: bool = False) -> None:
+        """A write of a batch with its changes held back (:mod:`lastword.store.sqlite_held`);
+        ``savepoint``: opened before the write runs (a batch run again after a held change failed)."""
         tx = HeldTx(connection, cursor, holds, number)
         try:
+            if savepoint:
+                tx.flush()  # nothing held yet: only the savepoint
             job.outcome = job.work(tx)
             tx.complete()
         except HeldChangeFailed:
@@ -264,15 +268,7 @@ class GroupWriter(BatchWriter):
 
     @staticmethod
     def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
-        tx = SqliteTx(cursor, str, holds)
-        connection.execute(f"SAVEPOINT w{number}")
-        try:
-            job.outcome = job.work(tx)
-        except Exception as error:
-            connection.execute(f"ROLLBACK TO w{number}")
-            tx.spoil()  # a fold it used may hold what was just rolled back
-            job.error = driver_error(error) if is_driver_error(error) else error
-        connection.execute(f"RELEASE w{number}")
+        GroupWriter._run_held(job, number, cursor, connection, holds, savepoint=True)
 
     def _maybe_hold(self) -> None:
         if self._hold_dir is None or not (self._hold_dir / "hold").exists():
