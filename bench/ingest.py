@@ -15,6 +15,11 @@ a noisy neighbour slows them all alike (every figure is the median of its rounds
 
 lastword's figures include the client's HTTP round trip and the server's JSON parsing,
 validation, fold and commit; each request is answered only once its batch is durable.
+
+Each lastword variant also reports the server's CPU time per 1,000 events (the process's user
+and system time over its rounds, median). On this shared two-core machine a neighbour moves a
+round's rate by a quarter; the CPU a batch costs moves far less, so a regression of a few per
+cent in lastword's own code shows there first (``python -m bench.ab``).
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ async def _create_run(conn: http.Connection, run_id: str) -> None:
 Variant = Callable[[int], Awaitable[float]]  # one round over the first N batches: its seconds
 
 
-def _http_variant(server: Server, bodies: Sequence[bytes], content_type: str, producers: int = 1) -> Variant:
-    """One round: post the bodies to fresh runs (``producers`` at once); the seconds taken."""
+def _http_variant(server: Server, bodies: Sequence[bytes], content_type: str, cpu: list[float],
+                  producers: int = 1) -> Variant:
+    """One round: post the bodies to fresh runs (``producers`` at once); the seconds taken.
+    The server's CPU seconds per event of each round are appended to ``cpu``."""
 
     async def one_round(count: int) -> float:
         connections = [await http.connect(server.url) for _ in range(producers)]
@@ -68,9 +75,11 @@ def _http_variant(server: Server, bodies: Sequence[bytes], content_type: str, pr
                 if status != 200:
                     raise http.HttpError(f"ingest answered {status}: {answer[:300]!r}")
 
+        cpu_before = server.cpu_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(produce(conn, share) for conn, share in zip(connections, shares)))
         elapsed = time.perf_counter() - started
+        cpu.append((server.cpu_seconds() - cpu_before) / (count * BATCH))
         for conn in connections:
             conn.close()
         return elapsed
@@ -211,6 +220,12 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
     result.note(f"{total:,} events per variant per round, {rounds} round(s), {size:.0f} bytes per event as JSON")
 
     variants: dict[str, tuple[str, Variant]] = {}
+    cpu: dict[str, list[float]] = {}  # lastword's variants: the server's CPU seconds per event, by round
+
+    def http_variant(key: str, server: Server, bodies: Sequence[bytes], content_type: str,
+                     producers: int = 1) -> Variant:
+        return _http_variant(server, bodies, content_type, cpu.setdefault(key, []), producers)
+
     profiled: dict[str, Server] = {}  # the variants py-spy watches (--profile), on their server
     closers: list[Callable[[], Awaitable[None]]] = []
     with contextlib.ExitStack() as stack:
@@ -218,14 +233,16 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
         normal = stack.enter_context(Server(durability="normal"))
         full = stack.enter_context(Server(durability="full"))
         profiled.update(sqlite_json=normal, sqlite_ndjson=normal)
-        variants["sqlite_json"] = ("lastword, SQLite, JSON arrays", _http_variant(normal, json_bodies, "application/json"))
-        variants["sqlite_ndjson"] = ("lastword, SQLite, NDJSON", _http_variant(normal, ndjson_bodies, "application/x-ndjson"))
-        variants["sqlite_json_ids"] = (
-            "lastword, SQLite, JSON arrays with eventIds", _http_variant(normal, id_bodies, "application/json"))
-        variants["sqlite_json_4"] = (
-            "lastword, SQLite, JSON arrays, 4 producers", _http_variant(normal, json_bodies, "application/json", 4))
-        variants["sqlite_full_json"] = (
-            "lastword, SQLite durability=full, JSON arrays", _http_variant(full, json_bodies, "application/json"))
+        variants["sqlite_json"] = (
+            "lastword, SQLite, JSON arrays", http_variant("sqlite_json", normal, json_bodies, "application/json"))
+        variants["sqlite_ndjson"] = (
+            "lastword, SQLite, NDJSON", http_variant("sqlite_ndjson", normal, ndjson_bodies, "application/x-ndjson"))
+        variants["sqlite_json_ids"] = ("lastword, SQLite, JSON arrays with eventIds",
+                                       http_variant("sqlite_json_ids", normal, id_bodies, "application/json"))
+        variants["sqlite_json_4"] = ("lastword, SQLite, JSON arrays, 4 producers",
+                                     http_variant("sqlite_json_4", normal, json_bodies, "application/json", 4))
+        variants["sqlite_full_json"] = ("lastword, SQLite durability=full, JSON arrays",
+                                        http_variant("sqlite_full_json", full, json_bodies, "application/json"))
         try:
             pg_url = stack.enter_context(ctx.postgres_database())
             postgres = stack.enter_context(Server(database_url=pg_url))
@@ -235,10 +252,10 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
             result.note(f"PostgreSQL skipped: the server did not start: {error}")
         else:
             profiled["postgres_json"] = postgres
-            variants["postgres_json"] = (
-                "lastword, PostgreSQL, JSON arrays", _http_variant(postgres, json_bodies, "application/json"))
-            variants["postgres_ndjson"] = (
-                "lastword, PostgreSQL, NDJSON", _http_variant(postgres, ndjson_bodies, "application/x-ndjson"))
+            variants["postgres_json"] = ("lastword, PostgreSQL, JSON arrays",
+                                         http_variant("postgres_json", postgres, json_bodies, "application/json"))
+            variants["postgres_ndjson"] = ("lastword, PostgreSQL, NDJSON",
+                                           http_variant("postgres_ndjson", postgres, ndjson_bodies, "application/x-ndjson"))
             variants["postgres_copy"] = (
                 "PostgreSQL COPY into the same table, no HTTP", _postgres_copy_variant(pg_url, event_batches))
         try:
@@ -271,6 +288,11 @@ async def _measure(ctx: Context, result: Result, redis_url: str, nats_url: str) 
         spread = f"rounds: {', '.join(f'{total / t:,.0f}' for t in times[key])}" if rounds > 1 else ""
         result.add(key, label, rates[key], "events/s", spread)
     result.series["rates"] = {variants[key][0]: rate for key, rate in rates.items()}
+    for key, values in cpu.items():
+        timed = values[-rounds:]  # the warm-up's round first: not a timed one
+        spread = f"rounds: {', '.join(f'{1e6 * v:.1f}' for v in timed)}" if rounds > 1 else ""
+        what = variants[key][0].removeprefix("lastword, ")
+        result.add(f"{key}_cpu", f"server CPU per 1,000 events: {what}", 1e6 * statistics.median(timed), "ms", spread)
 
     def ratio(key: str, label: str, top: str, bottom: str) -> None:
         if top in rates and bottom in rates:
