@@ -11,6 +11,7 @@ restarted server has exactly the answered events.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import threading
@@ -261,3 +262,46 @@ def test_each_write_of_a_batch_sees_its_own_changes_and_a_refused_one_leaves_non
     assert names == ["r1", "r2", "s1", "s2", "s3", "p1", "p2"]
     assert answers[2] == 4  # s2's rowid: r1, r2 and s1 before it
     connection.close()
+
+
+@pytest.mark.anyio
+async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch's appends have their runs' rows read together when it begins; each append
+    still sees its run as the writes before it in the batch left it: ``b``'s append comes
+    after a write that ended ``b``'s turn and is refused, ``a``'s second append numbers on from
+    its first, as ``d``'s second batch of events in one write does. The batch commits as one (nothing is given up and run again), and its runs'
+    rows are not read once per append."""
+    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
+    await store.open()
+    statements: list[str] = []
+    try:
+        for run_id in ("a", "b", "c", "d"):
+            await store.create_run(spec(run_id), T0)
+        # Traced on the writer's own connection, from its thread: its statements are the batch's.
+        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(statements.append))
+        with caplog.at_level(logging.INFO, logger="lastword.store.group"):
+            answers = await asyncio.gather(
+                store.append("a", [chunk_event("a1")], T0), store.append("c", [chunk_event("c1")], T0),
+                store.append_batches("d", [([chunk_event("d1")], [json.dumps(chunk_event("d1"))]),
+                                           ([chunk_event("d2")], [json.dumps(chunk_event("d2"))])], T0),
+                store.end_turn("b", "completed", None, T0),
+                store.append("b", [chunk_event("b1")], T0), store.append("a", [chunk_event("a2")], T0),
+                return_exceptions=True,
+            )
+        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(None))
+        assert [type(answer).__name__ for answer in answers] == [
+            "AppendOutcome", "AppendOutcome", "AppendOutcome", "EndOutcome", "RunEnded", "AppendOutcome"]
+        assert not [record for record in caplog.records if "given up" in record.getMessage()]
+        for run_id, texts in (("a", ["a1", "a2"]), ("b", []), ("c", ["c1"]), ("d", ["d1", "d2"])):
+            events = await store.events_after(run_id, 0, 10)
+            assert [event.body["delta"]["text"] for event in events if event.type == "assistant/chunk"] == texts
+            assert [event.seq for event in events] == list(range(1, len(events) + 1))
+            assert (await store.get_run(run_id)).last_seq == len(events)
+        run_reads = [sql for sql in statements if sql.lstrip().upper().startswith("SELECT") and " FROM runs " in sql]
+        # Six writes: the batch's rows read once, then by the end (not an append), and again by
+        # each append after a change to its run (b1, a2, d2): not one read per write.
+        assert len(run_reads) <= 5, "\n".join(sql[-60:] for sql in run_reads)
+    finally:
+        await store.close()

@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 from lastword.errors import LastwordError, Unavailable
 from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
-from lastword.store.sqlite_held import HeldChangeFailed, HeldTx
+from lastword.store.sqlite_held import BatchRuns, HeldChangeFailed, HeldTx
 from lastword.store.tx import Holds, Tx
 
 T = TypeVar("T")
@@ -60,8 +60,9 @@ class Job:
     error: BaseException | None = None
 
 
-#: How a group commit runs one write of its batch: (job, its number, cursor, connection, holds).
-_RunWrite = Callable[[Job, int, Any, sqlite3.Connection, Holds], None]
+#: How a group commit runs one write of its batch: (job, its number, cursor, connection, holds,
+#: the rows of the batch's runs).
+_RunWrite = Callable[[Job, int, Any, sqlite3.Connection, Holds, BatchRuns | None], None]
 
 
 def _settle(jobs: list[Job]) -> None:
@@ -218,8 +219,9 @@ class GroupWriter(BatchWriter):
             cursor = connection.cursor()
             connection.execute("BEGIN IMMEDIATE")
             try:
+                runs = None if len(batch) == 1 else BatchRuns(cursor, (job.key for job in batch))
                 for number, job in enumerate(batch):
-                    run(job, number, cursor, connection, holds)
+                    run(job, number, cursor, connection, holds, runs)
                 if any(job.error is None for job in batch):
                     self._maybe_hold()
                     connection.execute("COMMIT")
@@ -242,7 +244,8 @@ class GroupWriter(BatchWriter):
                 job.error, job.outcome = error, None
 
     @staticmethod
-    def _run_alone(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
+    def _run_alone(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
+                   runs: BatchRuns | None) -> None:
         """A batch of one: a refusal rolls back the whole transaction, so no savepoint."""
         try:
             job.outcome = job.work(SqliteTx(cursor, str, holds))
@@ -251,10 +254,10 @@ class GroupWriter(BatchWriter):
 
     @staticmethod
     def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
-                  *, savepoint: bool = False) -> None:
+                  runs: BatchRuns | None, *, savepoint: bool = False) -> None:
         """A write of a batch with its changes held back (:mod:`lastword.store.sqlite_held`);
         ``savepoint``: opened before the write runs (a batch run again after a held change failed)."""
-        tx = HeldTx(connection, cursor, holds, number)
+        tx = HeldTx(connection, cursor, holds, number, job.key, runs)
         try:
             if savepoint:
                 tx.flush()  # nothing held yet: only the savepoint
@@ -265,10 +268,14 @@ class GroupWriter(BatchWriter):
         except Exception as error:
             tx.undo()
             job.error, job.outcome = (driver_error(error) if is_driver_error(error) else error), None
+        finally:
+            if runs is not None:
+                runs.ran(job.key)
 
     @staticmethod
-    def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds) -> None:
-        GroupWriter._run_held(job, number, cursor, connection, holds, savepoint=True)
+    def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
+                          runs: BatchRuns | None) -> None:
+        GroupWriter._run_held(job, number, cursor, connection, holds, runs, savepoint=True)
 
     def _maybe_hold(self) -> None:
         if self._hold_dir is None or not (self._hold_dir / "hold").exists():

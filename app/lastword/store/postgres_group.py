@@ -49,7 +49,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from lastword.errors import LastwordError, Unavailable, Unreachable
 from lastword.store.group import BatchWriter, Job
 from lastword.store.postgres_tx import PipelinedTx, to_pyformat
-from lastword.store.rows import RUN_COLUMNS
+from lastword.store.rows import RUN_COLUMNS, RUN_ID_COLUMN
 from lastword.store.tx import Holds, Tx
 
 log = logging.getLogger("lastword")
@@ -59,7 +59,6 @@ log = logging.getLogger("lastword")
 MAX_MERGED = 64
 
 _LOCK_RUNS = to_pyformat(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ANY(?) ORDER BY run_id FOR UPDATE")
-_RUN_ID = [column.strip() for column in RUN_COLUMNS.split(",")].index("run_id")
 
 
 class MergedTx(PipelinedTx):
@@ -77,7 +76,7 @@ class MergedTx(PipelinedTx):
         """Lock the rows of ``run_ids`` (sorted) in one statement, sent with the ``BEGIN``."""
         if run_ids:
             self._execute(_LOCK_RUNS, (list(run_ids),))
-            self._locked = {row[_RUN_ID]: row for row in self.cursor.fetchall()}
+            self._locked = {row[RUN_ID_COLUMN]: row for row in self.cursor.fetchall()}
 
     def locked_run(self, run_id: str) -> Any:
         return self._locked.pop(run_id, None)

@@ -13,6 +13,8 @@ RUN_COLUMNS = (
     "pk, run_id, parent_run_id, agent, mode, metadata, lease_seconds, spec, status, turn, "
     "last_seq, lease_expires_at, created_at, updated_at, fork_of_run_id, fork_after_seq, join_continuations"
 )
+#: Where ``run_id`` is in a row of ``RUN_COLUMNS``.
+RUN_ID_COLUMN = [column.strip() for column in RUN_COLUMNS.split(",")].index("run_id")
 TURN_COLUMNS = "run_id, turn, start_seq, started_at, ended_at, stop_reason, error, output, usage"
 EVENT_COLUMNS = "run_id, seq, turn, type, event_id, body, received_at"
 #: The events a turn's fold is built from.

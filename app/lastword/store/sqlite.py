@@ -122,6 +122,12 @@ class SqliteStore(SqlStore):
     async def _write(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs))
 
+    async def _write_on(
+        self, run_id: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        # Keyed by its run: a batch of appends to many runs has their rows read together.
+        return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs), run_id)
+
     async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_in(self._reader_pool, self._transact, "BEGIN", lambda tx: fn(tx, *args, **kwargs))
 

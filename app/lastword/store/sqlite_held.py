@@ -17,6 +17,12 @@ A held statement that SQLite refuses when it is sent, in a write without a savep
 have left part of the write behind (an ``executemany`` stops at the failing row): the writer
 then gives up the transaction and runs the batch again, a savepoint per write
 (:class:`~lastword.store.group.GroupWriter`).
+
+An append reads its run's row first. A batch of appends to many runs (a fleet of children, a
+delta each) has those rows read in one statement when it begins (:class:`BatchRuns`), and each
+append is handed its run's row from there instead of reading it alone, unless a write before it
+in the batch may have changed that row: an earlier write on the same run, or a write that names
+no run (an end, a sweep: it may change any run's row). It then reads the row as before.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lastword.store.rows import RUN_COLUMNS, RUN_ID_COLUMN
 from lastword.store.sqlite_driver import SqliteTx, refuse_nul
 from lastword.store.tx import Holds
 
@@ -42,13 +49,42 @@ def _only_reads(sql: str) -> bool:
     return sql.lstrip()[:6].upper() == "SELECT"
 
 
-class HeldTx(SqliteTx):
-    """Write ``number`` of a batch (see the module's docstring)."""
+class BatchRuns:
+    """The rows of the runs a batch's appends name (their ``key``), read when the batch begins,
+    each handed out once, while no write before it in the batch may have changed it."""
 
-    def __init__(self, connection: sqlite3.Connection, cursor: sqlite3.Cursor, holds: Holds, number: int) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, keys: Iterable[str | None]) -> None:
+        wanted = list(dict.fromkeys(key for key in keys if key is not None))
+        self._rows: dict[str, Any] = {}
+        if len(wanted) > 1:  # one append reads its own row: nothing to save
+            cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(wanted))})", wanted)
+            self._rows = {row[RUN_ID_COLUMN]: row for row in cursor.fetchall()}
+
+    def take(self, run_id: str) -> Any:
+        """The run's row as the batch began, or None (read it: it may have changed since). Once
+        only: the write it is handed to may change it, and read it again (several appends in one
+        write)."""
+        return self._rows.pop(run_id, None)
+
+    def ran(self, key: str | None) -> None:
+        """A write of the batch has run: the rows it may have changed are no longer handed out."""
+        if key is None:
+            self._rows.clear()
+        else:
+            self._rows.pop(key, None)
+
+
+class HeldTx(SqliteTx):
+    """Write ``number`` of a batch (see the module's docstring). An append (``key``, the run it
+    names) is handed its run's row from ``runs`` if no write before it may have changed it."""
+
+    def __init__(self, connection: sqlite3.Connection, cursor: sqlite3.Cursor, holds: Holds, number: int,
+                 key: str | None = None, runs: BatchRuns | None = None) -> None:
         super().__init__(cursor, str, holds)
         self._connection = connection
         self._number = number
+        self._key = key
+        self._runs = runs
         #: Statements held back, in order: (sql, the values of one statement or the rows of many).
         self._held: list[tuple[str, Sequence[Any] | None, list[Sequence[Any]] | None]] = []
         self.savepoint = False
@@ -58,6 +94,11 @@ class HeldTx(SqliteTx):
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self._held.append((sql, None, [refuse_nul(row) for row in rows]))
+
+    def locked_run(self, run_id: str) -> Any:
+        if self._runs is None or run_id != self._key:
+            return None
+        return self._runs.take(run_id)
 
     def flush(self) -> None:
         # Whoever flushes is about to use the cursor directly, to change something perhaps.
