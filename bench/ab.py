@@ -261,8 +261,8 @@ class Row:
 
     @property
     def better(self) -> str:
-        if self.ratio != self.ratio or self.unit == "x":
-            return ""
+        if self.ratio != self.ratio or self.unit == "x" or abs(self.ratio - 1) < 0.005:
+            return ""  # no figure, a ratio, or no change (a count that did not move)
         lower = self.unit in LOWER_IS_BETTER
         return "better" if (self.ratio < 1) == lower and self.ratio != 1 else "worse"
 
