@@ -40,6 +40,7 @@ SCENARIOS = {
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",
+    "v": "bench.instructions",
     "w": "bench.webhooks",
     "z": "bench.noop",
 }

@@ -44,7 +44,7 @@ from bench.server import PYTHON_VARIABLE, ROOT, TREE_VARIABLE
 RESULTS = ROOT / "bench" / "results"
 #: units where a smaller figure is the better one (for the "better" column)
 LOWER_IS_BETTER = {"ns", "µs", "ms", "s", "B", "KB", "MB", "KiB", "MiB", "bytes", "KB/conn", "B/delta",
-                   "statements", "commits"}
+                   "statements", "commits", "instructions"}
 #: What ``--fail-below`` checks unless told: lastword's own batched ingest on SQLite (scenario a).
 GATE = ("a:sqlite_json", "a:sqlite_ndjson")
 

@@ -35,7 +35,7 @@ DELTAS = 1000
 PIECE = "a streamed delta of text "  # 25 characters
 
 
-def _sse(message_id: str) -> bytes:
+def sse_body(message_id: str) -> bytes:
     def event(value: dict[str, object]) -> str:
         return f"event: {value['type']}\ndata: {orjson.dumps(value).decode()}\n\n"
 
@@ -53,7 +53,7 @@ def _sse(message_id: str) -> bytes:
     return "".join(parts).encode()
 
 
-def _events(message_id: str) -> bytes:
+def events_body(message_id: str) -> bytes:
     events: list[dict[str, object]] = [
         {"type": "assistant/chunk", "delta": {"type": "text", "text": PIECE}, "eventId": f"{message_id}:{n + 3}"}
         for n in range(DELTAS)]
@@ -80,10 +80,11 @@ async def _window(server: Server, kind: str, seconds: float) -> tuple[int, float
         while time.perf_counter() < deadline:
             message_id = f"msg_{secrets.token_hex(8)}"  # each body a new step (no duplicates)
             if kind == "adapter":
-                raw = http.request_bytes("POST", f"/v1/runs/{run_id}/ingest/anthropic", _sse(message_id),
+                raw = http.request_bytes("POST", f"/v1/runs/{run_id}/ingest/anthropic", sse_body(message_id),
                                          "text/event-stream")
             else:
-                raw = http.request_bytes("POST", f"/v1/runs/{run_id}/events", _events(message_id), "application/json")
+                raw = http.request_bytes("POST", f"/v1/runs/{run_id}/events", events_body(message_id),
+                                         "application/json")
             status, answer = await connection.send(raw)
             if status != 200:
                 raise http.HttpError(f"{kind} answered {status}: {answer[:300]!r}")

@@ -55,11 +55,6 @@ class TracedServer(Server):
         self.counts_file = self.workdir / "sql-trace.json"
         self.env[OUTPUT] = str(self.counts_file)
 
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid  # the launcher runs the server in its own process
-
     def take(self) -> Counts:
         """The statements counted since the last call (the server starts counting again)."""
         self.counts_file.unlink(missing_ok=True)
