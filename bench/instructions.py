@@ -15,9 +15,10 @@ paths of the other scenarios, small (the server runs some fifty times slower und
 * ``ds``: a ``/ds`` append of one message per request (s).
 
 A rate or a CPU time on this shared two-core machine moves by a tenth to a quarter from one
-round to the next (an A/A sitting of ``bench.ab`` shows it); an instruction count moves by
-well under one per cent, so ``bench.ab OLD NEW --only v`` shows a change of a few per cent
-in lastword's own CPU cost that no timed figure can. It counts work, not waiting: a change
+round to the next (an A/A sitting of ``bench.ab`` shows it); two rounds of these counts on
+the same code agree within 1-2 % (the server's timers and SQLite's checkpoints run a little
+more or less within a workload), so ``bench.ab OLD NEW --only v`` shows a change of a few per
+cent in lastword's own CPU cost that no timed figure can. It counts work, not waiting: a change
 that trades instructions for latency (a thread hand-off, a lock) shows only in the timed
 scenarios.
 """
