@@ -640,6 +640,7 @@ class OutboxContract(ContractBase):
         assert (sent["type"], sent["data"]["runId"], sent["data"]["stopReason"]) == (
             "subagent.end", "hooked", "completed")
         assert await store.claim_deliveries(T0 + 30, 30, 10) == []  # leased
+        assert await store.next_delivery_due() == T0 + 31  # due again when the lease runs out
         [again] = await store.claim_deliveries(T0 + 32, 30, 10)  # the lease ran out
         assert (again.id, again.leased_until) == (job.id, T0 + 62)
 

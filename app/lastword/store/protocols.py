@@ -237,7 +237,8 @@ class Outbox(Protocol):
 
     @abc.abstractmethod
     async def next_delivery_due(self) -> float | None:
-        """When the earliest pending delivery is due."""
+        """When the earliest pending delivery can next be claimed (a leased one: when its lease
+        runs out)."""
 
 
 class Streams(Protocol):

@@ -3,6 +3,9 @@
 Each replica runs one sender. It wakes when this replica commits an end (so a delivery usually
 leaves within milliseconds of its end), when the earliest retry falls due, and at least every
 :data:`POLL_SECONDS` (ends committed by other replicas, deliveries a dead replica left behind).
+Each look reads when the next delivery is due and leases (a write transaction) only when one
+is, so the ends of runs without a webhook, and an idle replica's polls, write nothing. A
+delivery whose attempt is in flight is due again only when its lease runs out.
 Each attempt is bounded by ``LASTWORD_WEBHOOK_TIMEOUT_SECONDS`` as a whole (connect, send, the
 answer's head), and a lease is that time plus :data:`LEASE_MARGIN_SECONDS`, so no lease runs out
 while its own attempt is still going and two replicas never POST the same delivery at once.
@@ -124,7 +127,10 @@ class WebhookSender:
         while not self._draining:
             self._wake.clear()
             try:
-                await self.send_due()
+                # A read first: every end wakes the sender, and most runs have no webhook.
+                # Leasing (a write transaction) only when something is due.
+                if (await self._until_next_due()) == 0:
+                    await self.send_due()
                 sleep = await self._until_next_due()
             except Exception:  # a passing store failure must not end the sender
                 log.exception("the webhook sender could not read the outbox")
