@@ -53,7 +53,7 @@ async def test_an_attempt_in_flight_is_not_claimed_again_and_again(tmp_path: Pat
     store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
     await store.open()
     counted = Counted(store)
-    sender = WebhookSender(counted, Metrics(), backoff_seconds=1.0, max_attempts=3,  # type: ignore[arg-type]
+    sender = WebhookSender(counted, Metrics(), backoff_seconds=1.0, max_attempts=3,
                            timeout_seconds=30.0, allow_private=True)
     try:
         await store.create_run(replace(spec("hooked"), webhook=WebhookTarget(url=receiver.url, secret=None)), T0)
@@ -79,7 +79,7 @@ async def test_ends_without_a_delivery_due_cost_the_store_no_write(tmp_path: Pat
     store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
     await store.open()
     counted = Counted(store)
-    sender = WebhookSender(counted, Metrics(), backoff_seconds=1.0, max_attempts=3,  # type: ignore[arg-type]
+    sender = WebhookSender(counted, Metrics(), backoff_seconds=1.0, max_attempts=3,
                            timeout_seconds=30.0, allow_private=True)
     try:
         sender.start()
