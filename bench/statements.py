@@ -171,6 +171,9 @@ async def _measure(ctx: Context, result: Result) -> None:
         each = ", ".join(f"{thread} {word} {n / seconds:.1f}" for (thread, word), n in sorted(counts.items()))
         result.add("idle", "idle: statements per second, every thread", sum(counts.values()) / seconds, "statements",
                    each)
+        writes = sum(n for (thread, _), n in counts.items() if thread == "sqlite-writer")
+        result.add("idle_writes", "idle: the writer's statements per second (write transactions)", writes / seconds,
+                   "statements")
     result.note(f"SQLite, normal durability; {rounds} rounds of {RUNS} concurrent appends; "
                 f"statements of the writer thread unless named")
 
