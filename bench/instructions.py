@@ -41,7 +41,7 @@ from bench.adapter import sse_body as adapter_sse
 from bench.context import Context, Skip
 from bench.report import Result
 from bench.server import Server
-from bench.workload import batches, json_array, mixed_events, text_delta
+from bench.workload import batches, create_runs, end_runs, fill_turns, json_array, mixed_events, text_delta
 
 TITLE = "Instructions per request, counted under callgrind"
 CONCURRENT = 20
@@ -87,13 +87,6 @@ class CountedServer(Server):
         return int(found[1])
 
 
-async def _runs(conn: http.Connection, prefix: str, count: int) -> list[str]:
-    runs = [f"bench-v-{prefix}-{secrets.token_hex(4)}-{n}" for n in range(count)]
-    for run_id in runs:
-        await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
-    return runs
-
-
 async def _concurrently(server: Server, requests: list[list[bytes]]) -> None:
     """Each list of requests on a connection of its own, the lists at once."""
     connections = [await http.connect(server.url) for _ in requests]
@@ -118,7 +111,7 @@ async def _measure(ctx: Context, result: Result, server: CountedServer) -> None:
         counts[key] = (server.counted(), operations, label)
 
     # Warm-up: the first request of each kind imports and builds what later ones reuse.
-    warm = await _runs(conn, "warm", 1)
+    warm = await create_runs(conn, "v-warm", 1)
     await conn.request("POST", f"/v1/runs/{warm[0]}/events", orjson.dumps(text_delta("warm")), "application/json",
                        expect=200)
     await conn.request("GET", "/healthz", expect=200)
@@ -128,7 +121,7 @@ async def _measure(ctx: Context, result: Result, server: CountedServer) -> None:
     await _concurrently(server, [[http.request_bytes("GET", "/healthz")] * rounds] * CONCURRENT)
     await count("noop", "GET /healthz", requests)
 
-    runs = await _runs(conn, "single", CONCURRENT)
+    runs = await create_runs(conn, "v-single", CONCURRENT)
     server.zero()
     await _concurrently(server, [
         [http.request_bytes("POST", f"/v1/runs/{run_id}/events", orjson.dumps(text_delta(f"delta {n}")),
@@ -136,26 +129,23 @@ async def _measure(ctx: Context, result: Result, server: CountedServer) -> None:
         for run_id in runs])
     await count("single", f"one delta per request, {CONCURRENT} runs at once", requests)
 
-    (batch_run,) = await _runs(conn, "batch", 1)
+    (batch_run,) = await create_runs(conn, "v-batch", 1)
     bodies = [json_array(events) for events in batches(mixed_events(1000 * rounds, seed=1), 1000)]
     server.zero()
     for body in bodies:
         await conn.request("POST", f"/v1/runs/{batch_run}/events", body, "application/json", expect=200)
     await count("batch", "JSON array of 1,000 events (per 1,000 events)", len(bodies))
 
-    ended = await _runs(conn, "end", rounds)
-    turn = json_array(mixed_events(40, seed=4))
-    for run_id in ended:
-        await conn.request("POST", f"/v1/runs/{run_id}/events", turn, "application/json", expect=200)
+    ended = await create_runs(conn, "v-end", rounds)
+    await fill_turns(conn, ended)
     server.zero()
-    for run_id in ended:
-        await conn.post_json(f"/v1/runs/{run_id}/end", {"stopReason": "completed"}, expect=200)
+    await end_runs(conn, ended)
     await count("end", "POST /end of a run of 40 events", len(ended))
 
     bodies_of = {"adapter": ("/ingest/anthropic", "text/event-stream", adapter_sse),
                  "adapter_events": ("/events", "application/json", adapter_events)}
     for key, (path, content_type, make) in bodies_of.items():
-        (run_id,) = await _runs(conn, key.replace("_", "-"), 1)
+        (run_id,) = await create_runs(conn, "v-" + key.replace("_", "-"), 1)
         messages = [make(f"msg_{secrets.token_hex(8)}") for _ in range(rounds)]
         server.zero()
         for message in messages:

@@ -35,7 +35,7 @@ from bench.context import Context
 from bench.report import Result
 from bench.server import Server, code_under_test
 from bench.sql_trace import OUTPUT
-from bench.workload import batches, json_array, mixed_events, text_delta
+from bench.workload import batches, create_runs, end_runs, fill_turns, json_array, mixed_events, text_delta
 
 TITLE = "SQLite statements per write, counted"
 RUNS = 50
@@ -89,13 +89,6 @@ def _detail(words: Counter[str], per: int) -> str:
     return ", ".join(f"{word} {n / per:.2f}" for word, n in words.most_common())
 
 
-async def _create(conn: http.Connection, prefix: str, count: int) -> list[str]:
-    runs = [f"bench-q-{prefix}-{n}" for n in range(count)]
-    for run_id in runs:
-        await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
-    return runs
-
-
 async def _singles(server: Server, runs: list[str], rounds: int, event_ids: bool) -> None:
     connections = [await http.connect(server.url) for _ in runs]
 
@@ -121,7 +114,7 @@ async def _measure(ctx: Context, result: Result) -> None:
         conn = await http.connect(server.url)
         server.take()  # start-up's statements are not a workload's
 
-        runs = await _create(conn, "plain", RUNS)
+        runs = await create_runs(conn, "q-plain", RUNS)
         counts = server.take()
         writer, commits, words = _writer(counts)
         result.add("create", "create a run: writer statements (BEGIN/COMMIT apart)", writer / RUNS, "statements",
@@ -130,7 +123,7 @@ async def _measure(ctx: Context, result: Result) -> None:
         for key, ids, label in (("single", False, "one delta per request, 50 runs at once"),
                                 ("single_ids", True, "the same with an eventId")):
             if ids:
-                runs = await _create(conn, "ids", RUNS)
+                runs = await create_runs(conn, "q-ids", RUNS)
                 server.take()
             await _singles(server, runs, rounds, ids)
             counts = server.take()
@@ -143,7 +136,7 @@ async def _measure(ctx: Context, result: Result) -> None:
             result.add(f"{key}_reads", f"{label}: reader statements per append", _readers(counts) / appends,
                        "statements")
 
-        (batch_run,) = await _create(conn, "batch", 1)
+        (batch_run,) = await create_runs(conn, "q-batch", 1)
         bodies = [json_array(events) for events in batches(mixed_events(1000 * rounds, seed=1), 1000)]
         server.take()
         for body in bodies:
@@ -152,13 +145,10 @@ async def _measure(ctx: Context, result: Result) -> None:
         result.add("batch", "JSON array of 1,000 events: writer statements per request", writer / len(bodies),
                    "statements", _detail(words, len(bodies)))
 
-        ended = await _create(conn, "end", rounds)
-        turn = json_array(mixed_events(40, seed=4))
-        for run_id in ended:
-            await conn.request("POST", f"/v1/runs/{run_id}/events", turn, "application/json", expect=200)
+        ended = await create_runs(conn, "q-end", rounds)
+        await fill_turns(conn, ended)
         server.take()
-        for run_id in ended:
-            await conn.post_json(f"/v1/runs/{run_id}/end", {"stopReason": "completed"}, expect=200)
+        await end_runs(conn, ended)
         writer, commits, words = _writer(server.take())
         result.add("end", "POST /end of a run of 40 events: writer statements", writer / len(ended), "statements",
                    _detail(words, len(ended)))

@@ -8,10 +8,13 @@ Generation is seeded, so every run of the bench sends the same bytes.
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
+
+from bench.http import Connection
 
 Event = dict[str, Any]
 
@@ -98,3 +101,24 @@ def ndjson(events: Sequence[Event]) -> bytes:
 def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
     return [events[i:i + size] for i in range(0, len(events), size)]
 
+
+
+async def create_runs(conn: Connection, prefix: str, count: int) -> list[str]:
+    """``count`` fresh runs (no lease), created one after another on ``conn``."""
+    runs = [f"bench-{prefix}-{secrets.token_hex(4)}-{n}" for n in range(count)]
+    for run_id in runs:
+        await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
+    return runs
+
+
+async def fill_turns(conn: Connection, runs: Sequence[str], events: int = 40) -> None:
+    """Each run's open turn given ``events`` mixed events (one request each): a turn to end."""
+    body = json_array(mixed_events(events, seed=4))
+    for run_id in runs:
+        await conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200)
+
+
+async def end_runs(conn: Connection, runs: Sequence[str]) -> None:
+    """``POST /end`` (completed) of each run, one after another."""
+    for run_id in runs:
+        await conn.post_json(f"/v1/runs/{run_id}/end", {"stopReason": "completed"}, expect=200)
