@@ -330,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                 side.python, side.why = interpreter(side.tree, own_venv=args.venv_per_commit)
                 print(f"{side.name}: {side.revision} = {side.commit[:10]}, {side.why}")
             for round_number in range(args.rounds):
-                for side in (old, new):
+                # OLD first in odd rounds, NEW first in even ones: a machine whose load drifts
+                # during the sitting favours neither side (a fixed order gave the side measured
+                # second a tenth more, controls included, while a load faded).
+                for side in (old, new) if round_number % 2 == 0 else (new, old):
                     run_once(side, round_number, args, only, args.results)
     load_after = os.getloadavg()
     rows = compare(old, new)

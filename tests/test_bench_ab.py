@@ -8,6 +8,7 @@ two sides really ran different code: the no-op scenario (z) records the SHA-256 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,10 +52,12 @@ def test_the_dependency_check_names_what_is_absent_or_too_old() -> None:
 
 
 @pytest.mark.slow
-def test_the_two_sides_run_their_own_commits(tmp_path: Path) -> None:
-    status = ab.main([OLD, "HEAD", "--only", "z", "--quick", "--rounds", "1", "--postgres", "none",
+def test_the_two_sides_run_their_own_commits_first_in_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = ab.main([OLD, "HEAD", "--only", "z", "--quick", "--rounds", "2", "--postgres", "none",
                       "--results", str(tmp_path)])
     assert status == 0
+    runs = re.findall(r"^round (\d+): (old|new) ", capsys.readouterr().out, re.MULTILINE)
+    assert runs == [("1", "old"), ("1", "new"), ("2", "new"), ("2", "old")]  # neither always first
     summary = json.loads((tmp_path / "ab.json").read_text())
     sides = summary["sides"]
     root = Path(ab.__file__).resolve().parent.parent
@@ -69,7 +72,7 @@ def test_the_two_sides_run_their_own_commits(tmp_path: Path) -> None:
     new_api = sides["new"]["series"][0]["z"]["openapi_sha256"]
     assert old_api != new_api
     (row,) = [row for row in summary["rows"] if row["key"] == "healthz"]
-    assert len(row["old"]) == len(row["new"]) == 1
+    assert len(row["old"]) == len(row["new"]) == 2
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True).stdout
     for side in sides.values():  # both checkouts removed (another bench.ab may have its own)
         assert side["worktree"] not in worktrees and not Path(side["worktree"]).exists()
