@@ -435,7 +435,9 @@ async def test_firehose_resumes_with_nothing_lost_or_repeated(client: httpx.Asyn
 async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(make_settings: Any) -> None:
     """After LASTWORD_SSE_SEND_TIMEOUT_SECONDS with a send stuck, the server closes the stream,
     unfinished (no last chunk), and frees the subscription; the client resumes from its last id."""
-    with threaded_server(make_settings(sse_send_timeout_seconds=0.5)) as url:
+    # 2 s, not less: the resumed stream below replays some 13 MB to httpx in this process (the
+    # server's too); under a loaded CI its reads stalled past 0.5 s and it was cut off as well.
+    with threaded_server(make_settings(sse_send_timeout_seconds=2.0)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=WAIT_SECONDS) as client:
             run_id = await create_run_async(client)
             host, port = url.removeprefix("http://").split(":")
