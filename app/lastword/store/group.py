@@ -62,7 +62,7 @@ class Job:
 
 #: How a group commit runs one write of its batch: (job, its number, cursor, connection, holds,
 #: the rows of the batch's runs).
-_RunWrite = Callable[[Job, int, Any, sqlite3.Connection, Holds, BatchRuns | None], None]
+_RunWrite = Callable[[Job, int, Any, sqlite3.Connection, Holds, BatchRuns], None]
 
 
 def _settle(jobs: list[Job]) -> None:
@@ -219,7 +219,7 @@ class GroupWriter(BatchWriter):
             cursor = connection.cursor()
             connection.execute("BEGIN IMMEDIATE")
             try:
-                runs = None if len(batch) == 1 else BatchRuns(cursor, (job.key for job in batch))
+                runs = BatchRuns(cursor, (job.key for job in batch))  # reads only for two runs or more
                 for number, job in enumerate(batch):
                     run(job, number, cursor, connection, holds, runs)
                 if any(job.error is None for job in batch):
@@ -245,7 +245,7 @@ class GroupWriter(BatchWriter):
 
     @staticmethod
     def _run_alone(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
-                   runs: BatchRuns | None) -> None:
+                   runs: BatchRuns) -> None:
         """A batch of one: a refusal rolls back the whole transaction, so no savepoint."""
         try:
             job.outcome = job.work(SqliteTx(cursor, str, holds))
@@ -254,7 +254,7 @@ class GroupWriter(BatchWriter):
 
     @staticmethod
     def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
-                  runs: BatchRuns | None, *, savepoint: bool = False) -> None:
+                  runs: BatchRuns, *, savepoint: bool = False) -> None:
         """A write of a batch with its changes held back (:mod:`lastword.store.sqlite_held`);
         ``savepoint``: opened before the write runs (a batch run again after a held change failed)."""
         tx = HeldTx(connection, cursor, holds, number, job.key, runs)
@@ -269,12 +269,11 @@ class GroupWriter(BatchWriter):
             tx.undo()
             job.error, job.outcome = (driver_error(error) if is_driver_error(error) else error), None
         finally:
-            if runs is not None:
-                runs.ran(job.key)
+            runs.ran(job.key)
 
     @staticmethod
     def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
-                          runs: BatchRuns | None) -> None:
+                          runs: BatchRuns) -> None:
         GroupWriter._run_held(job, number, cursor, connection, holds, runs, savepoint=True)
 
     def _maybe_hold(self) -> None:
