@@ -52,6 +52,13 @@ def insert_event_rows(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
     tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
+_EVENT_COLUMN_NAMES = [column.strip() for column in EVENT_COLUMNS.split(",")]
+#: Where ``event_id`` is in an event row (``EVENT_COLUMNS`` order).
+_EVENT_ID = _EVENT_COLUMN_NAMES.index("event_id")
+_INSERT_WITHOUT_ID = "INSERT INTO events ({}) VALUES ({})".format(
+    EVENT_COLUMNS, ", ".join("NULL" if column == "event_id" else "?" for column in _EVENT_COLUMN_NAMES))
+
+
 class SqliteDialect:
     """SQLite's: one writer at a time, so no row locks, no feed lock and no notices."""
 
@@ -70,7 +77,14 @@ class SqliteDialect:
         return ids
 
     def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
-        insert_event_rows(tx, rows)
+        # sqlite3 sends a None parameter through its adapter registry (a tuple key, a dict miss
+        # and two attribute look-ups that fail): a seventh of an event row's insert. Rows
+        # without an eventId, most of a stream, name NULL in the statement instead.
+        plain = [row[:_EVENT_ID] + row[_EVENT_ID + 1:] for row in rows if row[_EVENT_ID] is None]
+        if len(plain) < len(rows):
+            insert_event_rows(tx, [row for row in rows if row[_EVENT_ID] is not None])
+        if plain:
+            tx.many(_INSERT_WITHOUT_ID, plain)
 
     def before_feed_insert(self, tx: Tx) -> None:
         pass
