@@ -305,3 +305,41 @@ async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left
         assert len(run_reads) <= 5, "\n".join(sql[-60:] for sql in run_reads)
     finally:
         await store.close()
+
+
+@pytest.mark.anyio
+async def test_appends_of_one_batch_see_their_event_ids_as_the_writes_before_them_left_them(tmp_path: Path) -> None:
+    """A batch's appends have the events under their eventIds read together when it begins;
+    each still finds the ids the writes before it in the batch stored: ``a``'s second append
+    repeats an id its first stored (a duplicate) beside a new one, ``b`` repeats an event stored
+    before the batch, ``c`` carries ``a``'s id in its own log (new there), and ``d``'s append
+    comes after a write that names no run. The look-ups are not one statement per append."""
+    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
+    await store.open()
+    statements: list[str] = []
+    try:
+        for run_id in ("a", "b", "c", "d"):
+            await store.create_run(spec(run_id), T0)
+        await store.append("b", [chunk_event("b0", "id-b")], T0)
+        await store.append("d", [chunk_event("d0", "id-d")], T0)
+        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(statements.append))
+        answers = await asyncio.gather(
+            store.append("a", [chunk_event("a1", "id-a")], T0),
+            store.append("b", [chunk_event("b0", "id-b")], T0),
+            store.append("c", [chunk_event("c1", "id-a")], T0),
+            store.append("a", [chunk_event("a1", "id-a"), chunk_event("a2", "id-a2")], T0),
+            store._writer.submit(lambda tx: tx.run("DELETE FROM events WHERE run_id = 'd'")),
+            store.append("d", [chunk_event("d0", "id-d")], T0),
+        )
+        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(None))
+        assert [(answer.accepted, answer.duplicates) for answer in answers[:4]] == [(1, 0), (0, 1), (1, 0), (1, 1)]
+        assert (answers[5].accepted, answers[5].duplicates) == (1, 0)  # its stored id was deleted in the batch
+        for run_id, texts in (("a", ["a1", "a2"]), ("b", ["b0"]), ("c", ["c1"]), ("d", ["d0"])):
+            events = await store.events_after(run_id, 0, 10)
+            assert [event.body["delta"]["text"] for event in events if event.type == "assistant/chunk"] == texts
+        id_reads = [sql for sql in statements if "events_by_event_id" in sql]
+        # Five appends: the batch's ids read once, then by a's second append (after a's first)
+        # and d's (after the write naming no run): not one read per append.
+        assert len(id_reads) <= 3, "\n".join(sql[-80:] for sql in id_reads)
+    finally:
+        await store.close()

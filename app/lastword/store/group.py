@@ -34,7 +34,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -56,6 +56,8 @@ class Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
     key: str | None = None
+    #: The eventIds the write looks up in its run's log (``key``), read with the batch's.
+    ids: Sequence[str] = ()
     outcome: Any = None
     error: BaseException | None = None
 
@@ -96,11 +98,12 @@ class BatchWriter:
     def start(self) -> None:
         self._thread.start()
 
-    async def submit(self, work: Callable[[Tx], T], key: str | None = None) -> T:
+    async def submit(self, work: Callable[[Tx], T], key: str | None = None, ids: Sequence[str] = ()) -> T:
         """Run ``work(tx)`` in the next batch; its result once that batch has committed.
 
         ``key`` names the run whose row ``work`` locks first, for a writer that locks a
-        batch's rows up front (:mod:`lastword.store.postgres_group`)."""
+        batch's rows up front (:mod:`lastword.store.postgres_group`); ``ids`` the eventIds it
+        looks up in that run's log, for a writer that reads a batch's together (SQLite's)."""
         if self._stopped:
             # Closing waits for the writer off the loop, so a request still running may write
             # after the stop: its job would wait behind the thread's end for ever.
@@ -111,7 +114,7 @@ class BatchWriter:
         if pending is None:
             pending = self._pending[loop] = []
             loop.call_soon(self._hand_over, loop)
-        pending.append(Job(work, loop, future, key))
+        pending.append(Job(work, loop, future, key, ids))
         return cast(T, await future)
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -219,7 +222,7 @@ class GroupWriter(BatchWriter):
             cursor = connection.cursor()
             connection.execute("BEGIN IMMEDIATE")
             try:
-                runs = BatchRuns(cursor, (job.key for job in batch))  # reads only for two runs or more
+                runs = BatchRuns(cursor, ((job.key, job.ids) for job in batch))  # reads for two or more
                 for number, job in enumerate(batch):
                     run(job, number, cursor, connection, holds, runs)
                 if any(job.error is None for job in batch):

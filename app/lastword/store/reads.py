@@ -56,15 +56,22 @@ def turn(tx: Tx, run_id: str, number: int) -> TurnRecord:
     return turn_from_row(row)
 
 
+def event_ids(events: Sequence[dict[str, Any]]) -> list[str]:
+    """The ``eventId``s these events carry, each once, in order."""
+    return list(dict.fromkeys(event["eventId"] for event in events if event.get("eventId") is not None))
+
+
 def stored_event_ids(tx: Tx, dialect: Dialect, run_id: str, events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The bodies already in the run's log under the ``eventId``s these events carry."""
-    ids = list(dict.fromkeys(event["eventId"] for event in events if event.get("eventId") is not None))
+    ids = event_ids(events)
     if not ids:
         return {}
-    rows = tx.all(
-        f"SELECT event_id, body FROM {dialect.events_by_id} WHERE run_id = ? AND {dialect.match_ids(len(ids))}",
-        (run_id, *dialect.id_params(ids)),
-    )
+    rows = tx.stored_ids(run_id, ids)
+    if rows is None:
+        rows = tx.all(
+            f"SELECT event_id, body FROM {dialect.events_by_id} WHERE run_id = ? AND {dialect.match_ids(len(ids))}",
+            (run_id, *dialect.id_params(ids)),
+        )
     return {event_id: loads(body) for event_id, body in rows}
 
 

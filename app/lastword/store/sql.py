@@ -82,10 +82,11 @@ class SqlStore(Store):
         """Run ``fn(tx, *args, **kwargs)`` in a write transaction, committed before this returns."""
 
     async def _write_on(
-        self, run_id: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+        self, run_id: str, ids: Sequence[str], fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """:meth:`_write` of a write that changes no run's row but ``run_id``'s (an append): a
-        store may take such writes of many runs together (SQLite reads their rows in one go)."""
+        """:meth:`_write` of a write that changes no run but ``run_id`` (an append), looking up
+        ``ids`` in its log: a store may take such writes of many runs together (SQLite reads
+        their rows, and the events under their ids, in one go)."""
         return await self._write(fn, *args, **kwargs)
 
     @abc.abstractmethod
@@ -142,7 +143,7 @@ class SqlStore(Store):
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
     ) -> AppendOutcome:
-        return await self._write_on(run_id, self._append, run_id, events, now, encoded)
+        return await self._write_on(run_id, reads.event_ids(events), self._append, run_id, events, now, encoded)
 
     def _append(
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
@@ -177,7 +178,8 @@ class SqlStore(Store):
         self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
         producer: Producer | None,
     ) -> tuple[AppendOutcome, tuple[int, int] | None]:
-        return await self._write_on(run_id, self._append_as_producer, run_id, events, now, encoded, producer)
+        return await self._write_on(
+            run_id, reads.event_ids(events), self._append_as_producer, run_id, events, now, encoded, producer)
 
     def _append_as_producer(
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
@@ -195,7 +197,7 @@ class SqlStore(Store):
     async def append_batches(
         self, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float
     ) -> AppendOutcome:
-        return await self._write_on(run_id, self._append_batches, run_id, batches, now)
+        return await self._write_on(run_id, (), self._append_batches, run_id, batches, now)
 
     def _append_batches(
         self, tx: Tx, run_id: str, batches: Iterable[tuple[list[dict[str, Any]], list[str]]], now: float

@@ -18,7 +18,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -123,10 +123,11 @@ class SqliteStore(SqlStore):
         return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs))
 
     async def _write_on(
-        self, run_id: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+        self, run_id: str, ids: Sequence[str], fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        # Keyed by its run: a batch of appends to many runs has their rows read together.
-        return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs), run_id)
+        # Keyed by its run: a batch of appends to many runs has their rows (and the events
+        # under their ids) read together.
+        return await self._writer.submit(lambda tx: fn(tx, *args, **kwargs), run_id, ids)
 
     async def _read(self, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_in(self._reader_pool, self._transact, "BEGIN", lambda tx: fn(tx, *args, **kwargs))

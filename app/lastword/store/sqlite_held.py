@@ -18,11 +18,12 @@ have left part of the write behind (an ``executemany`` stops at the failing row)
 then gives up the transaction and runs the batch again, a savepoint per write
 (:class:`~lastword.store.group.GroupWriter`).
 
-An append reads its run's row first. A batch of appends to many runs (a fleet of children, a
-delta each) has those rows read in one statement when it begins (:class:`BatchRuns`), and each
-append is handed its run's row from there instead of reading it alone, unless a write before it
-in the batch may have changed that row: an earlier write on the same run, or a write that names
-no run (an end, a sweep: it may change any run's row). It then reads the row as before.
+An append reads its run's row first, then the events its run's log holds under the eventIds it
+carries. A batch of appends to many runs (a fleet of children, a delta each) has those rows read
+in one statement when it begins, and those events in another (:class:`BatchRuns`), and each
+append is handed its run's from there instead of reading them alone, unless a write before it
+in the batch may have changed them: an earlier write on the same run, or a write that names
+no run (an end, a sweep: it may change any run). It then reads them as before.
 """
 
 from __future__ import annotations
@@ -49,16 +50,37 @@ def _only_reads(sql: str) -> bool:
     return sql.lstrip()[:6].upper() == "SELECT"
 
 
-class BatchRuns:
-    """The rows of the runs a batch's appends name (their ``key``), read when the batch begins,
-    each handed out once, while no write before it in the batch may have changed it."""
+#: Most eventIds a batch reads together (two parameters each); a batch asking more has each
+#: append read its own.
+MAX_BATCH_IDS = 1000
 
-    def __init__(self, cursor: sqlite3.Cursor, keys: Iterable[str | None]) -> None:
-        wanted = list(dict.fromkeys(key for key in keys if key is not None))
+
+class BatchRuns:
+    """What a batch's appends read first, read for all of them when the batch begins: the rows
+    of the runs they name (their ``key``) and the events their runs' logs already hold under
+    the eventIds they carry. Each run's is handed out once, while no write before it in the
+    batch may have changed it."""
+
+    def __init__(self, cursor: sqlite3.Cursor, writes: Iterable[tuple[str | None, Sequence[str]]]) -> None:
+        wanted: dict[str, list[str]] = {}  # run -> the eventIds its appends carry
+        with_ids = 0
+        for key, ids in writes:
+            if key is not None:
+                wanted.setdefault(key, []).extend(ids)
+                with_ids += bool(ids)
         self._rows: dict[str, Any] = {}
+        #: By run: the ids asked for, and the (event_id, body) rows found under them.
+        self._stored: dict[str, tuple[set[str], list[Any]]] = {}
         if len(wanted) > 1:  # one append reads its own row: nothing to save
-            cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(wanted))})", wanted)
+            runs = list(wanted)
+            cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs)
             self._rows = {row[RUN_ID_COLUMN]: row for row in cursor.fetchall()}
+        pairs = [(run_id, event_id) for run_id, ids in wanted.items() for event_id in ids]
+        if with_ids > 1 and len(pairs) <= MAX_BATCH_IDS:
+            self._stored = {run_id: (set(ids), []) for run_id, ids in wanted.items()}
+            cursor.execute(_STORED_IDS.format(", ".join(["(?, ?)"] * len(pairs))), [v for pair in pairs for v in pair])
+            for run_id, event_id, body in cursor.fetchall():
+                self._stored[run_id][1].append((event_id, body))
 
     def take(self, run_id: str) -> Any:
         """The run's row as the batch began, or None (read it: it may have changed since). Once
@@ -66,12 +88,33 @@ class BatchRuns:
         write)."""
         return self._rows.pop(run_id, None)
 
+    def stored(self, run_id: str, ids: list[str]) -> list[Any] | None:
+        """The ``(event_id, body)`` rows of the run's log under ``ids`` as the batch began, or
+        None (read them). Once only, as :meth:`take`."""
+        read = self._stored.pop(run_id, None)
+        if read is None or not read[0].issuperset(ids):
+            return None
+        asked = set(ids)
+        return [row for row in read[1] if row[0] in asked]
+
     def ran(self, key: str | None) -> None:
-        """A write of the batch has run: the rows it may have changed are no longer handed out."""
+        """A write of the batch has run: what it may have changed is no longer handed out."""
         if key is None:
             self._rows.clear()
+            self._stored.clear()
         else:
             self._rows.pop(key, None)
+            self._stored.pop(key, None)
+
+
+# A join on the wanted pairs: SQLite searches the index once a pair (``(run_id, event_id) IN
+# (VALUES …)`` scans it whole).
+_STORED_IDS = (
+    "WITH wanted (run_id, event_id) AS (VALUES {}) "
+    "SELECT events.run_id, events.event_id, events.body FROM wanted "
+    "CROSS JOIN events INDEXED BY events_by_event_id "
+    "ON events.run_id = wanted.run_id AND events.event_id = wanted.event_id"
+)
 
 
 class HeldTx(SqliteTx):
@@ -99,6 +142,11 @@ class HeldTx(SqliteTx):
         if self._runs is None or run_id != self._key:
             return None
         return self._runs.take(run_id)
+
+    def stored_ids(self, run_id: str, ids: list[str]) -> list[Any] | None:
+        if self._runs is None or run_id != self._key:
+            return None
+        return self._runs.stored(run_id, ids)
 
     def flush(self) -> None:
         # Whoever flushes is about to use the cursor directly, to change something perhaps.

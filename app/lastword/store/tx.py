@@ -89,6 +89,12 @@ class Tx:
         write on that run, since the writes after it see it changed."""
         return None
 
+    def stored_ids(self, run_id: str, ids: list[str]) -> list[Any] | None:
+        """The ``(event_id, body)`` rows the run's log holds under ``ids``, if this transaction read
+        them before the write began (None: select them). SQLite's group commit reads those of a
+        batch's appends in one statement (:class:`lastword.store.sqlite_held.BatchRuns`)."""
+        return None
+
     def _execute(self, sql: str, params: Sequence[Any]) -> None:
         self.cursor.execute(sql, params)
 
