@@ -166,7 +166,9 @@ class SqlStore(Store):
         # the log by the service: chunks_left_out).
         live_chunks = not self.dialect.returns_chunks or self.chunk_listeners(run_id)
         stored = self._persist(tx, run, change, now, appended_stored=True, live_chunks=live_chunks)
-        accepted_types = dict(Counter(event["type"] for _, event in fresh))
+        accepted_types: dict[str, int] = {}
+        for _, event in fresh:  # (a Counter: 8,000 instructions of a one-line append's 330,000)
+            accepted_types[event["type"]] = accepted_types.get(event["type"], 0) + 1
         return AppendOutcome(
             accepted=len(fresh), duplicates=duplicates, last_seq=change.run.last_seq, stored=stored,
             ended=None if change.ended is None else reads.turn(tx, run_id, run.turn),
