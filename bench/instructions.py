@@ -8,6 +8,7 @@ paths of the other scenarios, small (the server runs some fifty times slower und
 
 * ``noop``: ``GET /healthz`` (b's and z's no-op);
 * ``single``: one text delta per request, 20 runs at once (b, and the fleet j);
+* ``single_ids``: the same with an ``eventId`` (the fleet's lines, ingest with ids);
 * ``batch``: JSON arrays of 1,000 mixed events, one producer (a);
 * ``end``: ``POST /end`` of a run holding 40 events (d, without subscribers);
 * ``adapter`` and ``adapter_events``: an Anthropic SSE body of 1,000 deltas to
@@ -128,6 +129,16 @@ async def _measure(ctx: Context, result: Result, server: CountedServer) -> None:
                             "application/json") for n in range(rounds)]
         for run_id in runs])
     await count("single", f"one delta per request, {CONCURRENT} runs at once", requests)
+
+    # The same with an eventId: a fleet child's lines, and ingest with ids, carry one.
+    runs = await create_runs(conn, "v-single-id", CONCURRENT)
+    server.zero()
+    await _concurrently(server, [
+        [http.request_bytes("POST", f"/v1/runs/{run_id}/events",
+                            orjson.dumps({**text_delta(f"delta {n}"), "eventId": f"{run_id}-{n}"}), "application/json")
+         for n in range(rounds)]
+        for run_id in runs])
+    await count("single_ids", f"one delta with an eventId per request, {CONCURRENT} runs at once", requests)
 
     (batch_run,) = await create_runs(conn, "v-batch", 1)
     bodies = [json_array(events) for events in batches(mixed_events(1000 * rounds, seed=1), 1000)]
