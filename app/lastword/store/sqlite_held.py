@@ -75,7 +75,7 @@ class BatchRuns:
             runs = list(wanted)
             cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs)
             self._rows = {row[RUN_ID_COLUMN]: row for row in cursor.fetchall()}
-        pairs = [(run_id, event_id) for run_id, ids in wanted.items() for event_id in ids]
+        pairs = list(dict.fromkeys((run_id, event_id) for run_id, ids in wanted.items() for event_id in ids))
         if with_ids > 1 and len(pairs) <= MAX_BATCH_IDS:
             self._stored = {run_id: (set(ids), []) for run_id, ids in wanted.items()}
             cursor.execute(_STORED_IDS.format(", ".join(["(?, ?)"] * len(pairs))), [v for pair in pairs for v in pair])
