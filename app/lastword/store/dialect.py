@@ -81,10 +81,12 @@ class SqliteDialect:
         # and two attribute look-ups that fail): a seventh of an event row's insert. Rows
         # without an eventId, most of a stream, name NULL in the statement instead.
         plain = [row[:_EVENT_ID] + row[_EVENT_ID + 1:] for row in rows if row[_EVENT_ID] is None]
+        if not plain:
+            insert_event_rows(tx, rows)
+            return
         if len(plain) < len(rows):
             insert_event_rows(tx, [row for row in rows if row[_EVENT_ID] is not None])
-        if plain:
-            tx.many(_INSERT_WITHOUT_ID, plain)
+        tx.many(_INSERT_WITHOUT_ID, plain)
 
     def before_feed_insert(self, tx: Tx) -> None:
         pass

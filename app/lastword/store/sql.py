@@ -58,6 +58,16 @@ def _anyone_may_listen(run_id: str) -> bool:
     return True
 
 
+#: Most events of an append whose eventIds are looked up with its batch's (SQLite's group
+#: commit): a bigger append looks up its own, one statement among its many rows, and is not
+#: made to list its ids on the event loop as well (2M instructions for 1,000 events).
+BATCHED_IDS_UP_TO = 64
+
+
+def _batched_ids(events: Sequence[dict[str, Any]]) -> list[str]:
+    return reads.event_ids(events) if len(events) <= BATCHED_IDS_UP_TO else []
+
+
 class SqlStore(Store):
     """The operations over SQL; subclasses bring connections, schema and transactions, and the
     dialect (:mod:`lastword.store.dialect`) the queries ask what differs."""
@@ -143,7 +153,7 @@ class SqlStore(Store):
     async def append(
         self, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None = None
     ) -> AppendOutcome:
-        return await self._write_on(run_id, reads.event_ids(events), self._append, run_id, events, now, encoded)
+        return await self._write_on(run_id, _batched_ids(events), self._append, run_id, events, now, encoded)
 
     def _append(
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
@@ -181,7 +191,7 @@ class SqlStore(Store):
         producer: Producer | None,
     ) -> tuple[AppendOutcome, tuple[int, int] | None]:
         return await self._write_on(
-            run_id, reads.event_ids(events), self._append_as_producer, run_id, events, now, encoded, producer)
+            run_id, _batched_ids(events), self._append_as_producer, run_id, events, now, encoded, producer)
 
     def _append_as_producer(
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None,
