@@ -146,6 +146,54 @@ class _DetachedBody:
         self._protocol.transport.close()
 
 
+class Deadline:
+    """A deadline restarted often and seldom reached (a connection's headers, its body's pauses).
+
+    Restarting it only notes the time: the one timer it keeps, when it fires, waits out what is
+    left. A timer made and cancelled at every piece of a body, and twice per request, cost the
+    event loop more than the request's own routing.
+    """
+
+    __slots__ = ("_loop", "_seconds", "_expired", "_since", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float, expired: Callable[[], None]) -> None:
+        self._loop = loop
+        self._seconds = seconds
+        self._expired = expired
+        self._since: float | None = None  # when the wait began; None: stopped
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._since is not None
+
+    def start(self) -> None:
+        """(Re)start the wait from now."""
+        self._since = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._seconds, self._check)
+
+    def stop(self) -> None:
+        self._since = None
+
+    def close(self) -> None:
+        self._since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._since is None:
+            return
+        left = self._since + self._seconds - self._loop.time()
+        if left > 0:
+            self._timer = self._loop.call_later(left, self._check)
+            return
+        self._since = None
+        self._expired()
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_deadline: float = 10.0
     body_deadline: float = 30.0
@@ -160,28 +208,18 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None
+        self._headers = Deadline(self.loop, self.header_deadline, self._headers_too_slow)
+        self._body = Deadline(self.loop, self.body_deadline, self._body_too_slow)
         # Bytes of the request line and headers the parser has handed over: headers that
         # arrive in one read are parsed whole within it, before the count across reads sees them.
         self._parsed_header_bytes = 0
         self._headers_past_limit = False
 
-    def _arm_body(self) -> None:
-        self._disarm_body()
-        self._body_timer = self.loop.call_later(self.body_deadline, self._body_too_slow)
-
-    def _disarm_body(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
-
     def _body_too_slow(self) -> None:
-        self._body_timer = None
         if self.transport.is_closing():
             return
         if self.flow.read_paused:
-            self._arm_body()  # the app has not read what came: not the client's pause
+            self._body.start()  # the app has not read what came: not the client's pause
             return
         cycle = self.cycle
         if cycle is None or not cycle.response_started:
@@ -189,17 +227,14 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _arm(self) -> None:
-        if self._header_timer is None:
+        if not self._headers.running:
             self._header_bytes = 0
-            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+            self._headers.start()
 
     def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        self._headers.stop()
 
     def _headers_too_slow(self) -> None:
-        self._header_timer = None
         if not self.transport.is_closing():
             self.transport.write(_TIMEOUT_RESPONSE)
             self.transport.close()
@@ -232,12 +267,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self._held.append(data)
             self.flow.pause_reading()
             return
-        if self._body_timer is not None:
-            self._arm_body()  # a piece of the body came: the pause starts again
+        if self._body.running:
+            self._body.start()  # a piece of the body came: the pause starts again
         super().data_received(data)
         # Still armed after the parser took this piece: the headers are not complete yet. (A
         # piece that completes them also carries body bytes, which must not count.)
-        if self._header_timer is not None and not self.transport.is_closing():
+        if self._headers.running and not self.transport.is_closing():
             self._header_bytes += len(data)
             if self._header_bytes > MAX_HEADER_BYTES:
                 self._disarm()
@@ -276,15 +311,15 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.draining and self.cycle is not None:
             self.cycle.keep_alive = False
-        self._arm_body()  # disarmed at once by a request without a body (its message completes)
+        self._body.start()  # stopped at once by a request without a body (its message completes)
 
     def on_message_complete(self) -> None:
-        self._disarm_body()
+        self._body.stop()
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._disarm_body()
+        self._headers.close()
+        self._body.close()
         if self._stream is not None:
             self._stream.lost()
         super().connection_lost(exc)  # releases a send waiting for buffer space
