@@ -11,11 +11,12 @@ restarted server has exactly the answered events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,31 @@ def test_each_write_of_a_batch_sees_its_own_changes_and_a_refused_one_leaves_non
     connection.close()
 
 
+@contextlib.asynccontextmanager
+async def four_runs(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """A SQLite store holding the runs ``a`` to ``d``."""
+    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
+    await store.open()
+    try:
+        for run_id in ("a", "b", "c", "d"):
+            await store.create_run(spec(run_id), T0)
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def traced(store: SqliteStore) -> AsyncIterator[list[str]]:
+    """The statements the store's writer runs meanwhile (traced on its own connection, from its
+    thread: they are its batches')."""
+    statements: list[str] = []
+    await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(statements.append))
+    try:
+        yield statements
+    finally:
+        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(None))
+
+
 @pytest.mark.anyio
 async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
@@ -273,24 +299,17 @@ async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left
     after a write that ended ``b``'s turn and is refused, ``a``'s second append numbers on from
     its first, as ``d``'s second batch of events in one write does. The batch commits as one (nothing is given up and run again), and its runs'
     rows are not read once per append."""
-    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
-    await store.open()
-    statements: list[str] = []
-    try:
-        for run_id in ("a", "b", "c", "d"):
-            await store.create_run(spec(run_id), T0)
-        # Traced on the writer's own connection, from its thread: its statements are the batch's.
-        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(statements.append))
-        with caplog.at_level(logging.INFO, logger="lastword.store.group"):
-            answers = await asyncio.gather(
-                store.append("a", [chunk_event("a1")], T0), store.append("c", [chunk_event("c1")], T0),
-                store.append_batches("d", [([chunk_event("d1")], [json.dumps(chunk_event("d1"))]),
-                                           ([chunk_event("d2")], [json.dumps(chunk_event("d2"))])], T0),
-                store.end_turn("b", "completed", None, T0),
-                store.append("b", [chunk_event("b1")], T0), store.append("a", [chunk_event("a2")], T0),
-                return_exceptions=True,
-            )
-        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(None))
+    async with four_runs(tmp_path) as store:
+        async with traced(store) as statements:
+            with caplog.at_level(logging.INFO, logger="lastword.store.group"):
+                answers = await asyncio.gather(
+                    store.append("a", [chunk_event("a1")], T0), store.append("c", [chunk_event("c1")], T0),
+                    store.append_batches("d", [([chunk_event("d1")], [json.dumps(chunk_event("d1"))]),
+                                               ([chunk_event("d2")], [json.dumps(chunk_event("d2"))])], T0),
+                    store.end_turn("b", "completed", None, T0),
+                    store.append("b", [chunk_event("b1")], T0), store.append("a", [chunk_event("a2")], T0),
+                    return_exceptions=True,
+                )
         assert [type(answer).__name__ for answer in answers] == [
             "AppendOutcome", "AppendOutcome", "AppendOutcome", "EndOutcome", "RunEnded", "AppendOutcome"]
         assert not [record for record in caplog.records if "given up" in record.getMessage()]
@@ -303,8 +322,6 @@ async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left
         # Six writes: the batch's rows read once, then by the end (not an append), and again by
         # each append after a change to its run (b1, a2, d2): not one read per write.
         assert len(run_reads) <= 5, "\n".join(sql[-60:] for sql in run_reads)
-    finally:
-        await store.close()
 
 
 @pytest.mark.anyio
@@ -314,24 +331,18 @@ async def test_appends_of_one_batch_see_their_event_ids_as_the_writes_before_the
     repeats an id its first stored (a duplicate) beside a new one, ``b`` repeats an event stored
     before the batch, ``c`` carries ``a``'s id in its own log (new there), and ``d``'s append
     comes after a write that names no run. The look-ups are not one statement per append."""
-    store = SqliteStore(f"sqlite:///{tmp_path / 'lastword.db'}", default_lease_seconds=600)
-    await store.open()
-    statements: list[str] = []
-    try:
-        for run_id in ("a", "b", "c", "d"):
-            await store.create_run(spec(run_id), T0)
+    async with four_runs(tmp_path) as store:
         await store.append("b", [chunk_event("b0", "id-b")], T0)
         await store.append("d", [chunk_event("d0", "id-d")], T0)
-        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(statements.append))
-        answers = await asyncio.gather(
-            store.append("a", [chunk_event("a1", "id-a")], T0),
-            store.append("b", [chunk_event("b0", "id-b")], T0),
-            store.append("c", [chunk_event("c1", "id-a")], T0),
-            store.append("a", [chunk_event("a1", "id-a"), chunk_event("a2", "id-a2")], T0),
-            store._writer.submit(lambda tx: tx.run("DELETE FROM events WHERE run_id = 'd'")),
-            store.append("d", [chunk_event("d0", "id-d")], T0),
-        )
-        await store._writer.submit(lambda tx: tx.cursor.connection.set_trace_callback(None))
+        async with traced(store) as statements:
+            answers = await asyncio.gather(
+                store.append("a", [chunk_event("a1", "id-a")], T0),
+                store.append("b", [chunk_event("b0", "id-b")], T0),
+                store.append("c", [chunk_event("c1", "id-a")], T0),
+                store.append("a", [chunk_event("a1", "id-a"), chunk_event("a2", "id-a2")], T0),
+                store._writer.submit(lambda tx: tx.run("DELETE FROM events WHERE run_id = 'd'")),
+                store.append("d", [chunk_event("d0", "id-d")], T0),
+            )
         assert [(answer.accepted, answer.duplicates) for answer in answers[:4]] == [(1, 0), (0, 1), (1, 0), (1, 1)]
         assert (answers[5].accepted, answers[5].duplicates) == (1, 0)  # its stored id was deleted in the batch
         for run_id, texts in (("a", ["a1", "a2"]), ("b", ["b0"]), ("c", ["c1"]), ("d", ["d0"])):
@@ -341,5 +352,3 @@ async def test_appends_of_one_batch_see_their_event_ids_as_the_writes_before_the
         # Five appends: the batch's ids read once, then by a's second append (after a's first)
         # and d's (after the write naming no run): not one read per append.
         assert len(id_reads) <= 3, "\n".join(sql[-80:] for sql in id_reads)
-    finally:
-        await store.close()
