@@ -55,6 +55,10 @@ READ_BYTES = 1024 * 1024
 RUNS = "/runs/"
 RUN_PAGE = 1000
 
+#: The cursors' jitter: its own generator, not the ``random`` module's shared one (a property
+#: test drawing its cases in this process would see that one move).
+_JITTER = random.Random()
+
 
 def run_id_of(path: str) -> str | None:
     """The run a stream path names (``/runs/{runId}``), or None for a stream of its own."""
@@ -283,4 +287,4 @@ class StreamService:
         return Slice(state, start, entries, last)
 
     def cursor(self, client_cursor: str | None) -> str:
-        return ds.cursor(self.clock(), client_cursor, random.randint(1, 3600))
+        return ds.cursor(self.clock(), client_cursor, _JITTER.randint(1, 3600))
