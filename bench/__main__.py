@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--profile", action="store_true",
                         help="attach py-spy to the server during the timed parts (bench/results/profiles/)")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="as --profile, sampling only the thread that holds the GIL (py-spy --gil): "
+                             "where one process's CPU goes when the GIL is what limits it")
     parser.add_argument("--name", help="results file name (default: latest, quick or partial)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for the results files (default: bench/results)")
@@ -91,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(
         quick=args.quick,
         postgres_url=None if args.postgres.lower() == "none" else args.postgres,
-        profiler=Profiler(RESULTS / "profiles" if args.profile else None),
+        profiler=Profiler(RESULTS / "profiles" if args.profile or args.profile_gil else None,
+                          ("--gil",) if args.profile_gil else ()),
     )
     header = {
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
