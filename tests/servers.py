@@ -69,11 +69,17 @@ def threaded_server(settings: Settings, clock: Callable[[], float] = time.time) 
 def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.time) -> Iterator[tuple[str, Any]]:
     """:func:`threaded_server`, yielding the app too (its ``state.service`` once started), for
     tests that order an event inside the server with a hook."""
-    port = free_port()
+    # The socket is bound here and handed to uvicorn: a port picked free and bound later can be
+    # taken in between (another xdist worker's outgoing connection draws from the same range),
+    # and the server then fails to start ("address already in use").
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
     config = uvicorn_config(settings, clock=clock, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=1)
     server = ThreadedServer(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     # A readiness bound, not a speed assertion: on a loaded machine a PostgreSQL start (its
     # migrations) took longer than 15 s, and the thread went on starting against a schema the
@@ -83,6 +89,7 @@ def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.ti
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             thread.join(timeout=60)
+            listener.close()
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
@@ -90,6 +97,7 @@ def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.ti
     finally:
         server.stop()
         thread.join(timeout=15)
+        listener.close()
 
 
 class ServerProcess:
