@@ -72,32 +72,30 @@ def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.ti
     # The socket is bound here and handed to uvicorn: a port picked free and bound later can be
     # taken in between (another xdist worker's outgoing connection draws from the same range),
     # and the server then fails to start ("address already in use").
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    port = int(listener.getsockname()[1])
-    config = uvicorn_config(settings, clock=clock, host="127.0.0.1", port=port, log_level="warning",
-                            timeout_graceful_shutdown=1)
-    server = ThreadedServer(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    # A readiness bound, not a speed assertion: on a loaded machine a PostgreSQL start (its
-    # migrations) took longer than 15 s, and the thread went on starting against a schema the
-    # test had already dropped.
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=60)
-            listener.close()
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}", config.app
-    finally:
-        server.stop()
-        thread.join(timeout=15)
-        listener.close()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        port = int(listener.getsockname()[1])
+        config = uvicorn_config(settings, clock=clock, host="127.0.0.1", port=port, log_level="warning",
+                                timeout_graceful_shutdown=1)
+        server = ThreadedServer(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+        thread.start()
+        # A readiness bound, not a speed assertion: on a loaded machine a PostgreSQL start (its
+        # migrations) took longer than 15 s, and the thread went on starting against a schema the
+        # test had already dropped.
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(timeout=60)
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        try:
+            yield f"http://127.0.0.1:{port}", config.app
+        finally:
+            server.stop()
+            thread.join(timeout=15)
 
 
 class ServerProcess:
