@@ -141,6 +141,7 @@ class RunService:
         page_size: int = 1000,
         webhook_hosts: tuple[str, ...] = (),
         webhook_allow_private: bool = False,
+        end_observers: Sequence[Callable[[StoredEvent], None]] = (),
     ) -> None:
         self._store = store
         self._fanout = fanout
@@ -153,21 +154,24 @@ class RunService:
         #: ``LASTWORD_WEBHOOK_ALLOW_PRIVATE``: webhooks may target internal addresses.
         self.webhook_allow_private = webhook_allow_private
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
-        self.end_observers: list[Callable[[StoredEvent], None]] = []
-        #: The Durable Streams face's use cases (SPEC §17); the fan-out wakes their parked
-        #: readers for every run or stream that changed, here or on another replica.
+        self.end_observers = tuple(end_observers)
+        #: The Durable Streams face's use cases (SPEC §17): this service wakes their parked
+        #: readers for what it commits, the fan-out for what other replicas commit.
         self.streams = streams
-        fanout.run_changed = self.streams.run_changed
-        fanout.stream_changed = self.streams.changed
-        fanout.notices_lost = self.streams.wake_all
 
     @property
     def _hub(self) -> Hub:
         return self._fanout.hub
 
-    def _published(self, stored: Sequence[StoredEvent]) -> None:
+    def _published(self, stored: Sequence[StoredEvent], grown: str | None = None) -> None:
+        """Hand a commit's live events to the fan-out and wake the Durable Streams readers of
+        every run it changed, once each: the runs of ``stored`` and ``grown``, a run whose log
+        grew by events that are not live (an assistant message)."""
         self._fanout.committed(stored)
-        for run_id in {event.run_id for event in stored}:
+        changed = {event.run_id for event in stored}
+        if grown is not None:
+            changed.add(grown)
+        for run_id in changed:
             self.streams.run_changed(run_id)
         if self.end_observers:
             for event in stored:
@@ -289,7 +293,7 @@ class RunService:
         spec = await self._spec(request)
         run, created, stored, outcome = await self._store.create_run_with_events(spec, events, self.clock(), encoded)
         if outcome is not None and outcome.chunks_left_out:
-            self._chunks_left_out(run.run_id)
+            self._hub.resync_run(run.run_id)  # its subscribers since read the chunks from the log
         self._created(created, stored)  # the run's start and the events, in log order
         if outcome is not None:
             self._counted(outcome, started)
@@ -343,20 +347,11 @@ class RunService:
         """What follows every committed append, whichever way its events came: the fan-out hears
         them (or resyncs the run's readers), the metrics count them."""
         if outcome.chunks_left_out:
-            self._chunks_left_out(run_id)
-        self._published(outcome.stored)
-        if outcome.accepted:
-            # The log grew even when nothing of it is published live (an assistant message is
-            # not a fan-out event): the run's Durable Streams readers read it from the log.
-            self.streams.run_changed(run_id)
+            self._hub.resync_run(run_id)
+        # The log grew even when nothing of it is published live (an assistant message is not
+        # a fan-out event, chunks may have been left out): its Durable Streams readers read it.
+        self._published(outcome.stored, run_id if outcome.accepted or outcome.chunks_left_out else None)
         self._counted(outcome, started)
-
-    def _chunks_left_out(self, run_id: str) -> None:
-        """An append's chunk events were not made for the fan-out (nobody streamed the run, or
-        too many for a subscriber's buffer): its subscribers since, and the Durable Streams
-        readers of the run (not hub subscribers), read them from the log."""
-        self._hub.resync_run(run_id)
-        self.streams.run_changed(run_id)
 
     def _counted(self, outcome: AppendOutcome, started: float) -> None:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)

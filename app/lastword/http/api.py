@@ -68,7 +68,7 @@ def json_body(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any
 
 
 def service_of(request: Request) -> RunService:
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     return service
 
 

@@ -47,7 +47,7 @@ EXPOSED_HEADERS = ("Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream
 
 
 def streams_of(request: Request) -> StreamService:
-    service: StreamService = request.app.state.service.streams
+    service: StreamService = request.app.state.core.streams
     return service
 
 

@@ -35,7 +35,7 @@ NOT_FOR_RUNS = ("stream-ttl", "stream-expires-at", "stream-forked-from", "stream
 
 
 def _service(request: Request) -> RunService:
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     return service
 
 
