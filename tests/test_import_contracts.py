@@ -3,6 +3,7 @@ each of them fails when its rule is broken, and the rules no import contract can
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -98,3 +99,17 @@ def test_the_store_decides_nothing_about_runs() -> None:
                              source), path.name
         # Queries may select by status (the sweep's candidates, retention); none may set one.
         assert not re.search(r"\bstatus=['\"]|SET status = '", source), path.name
+
+
+def test_the_rules_and_the_store_speak_no_http() -> None:
+    """Below the faces no call is given an HTTP status or headers: a refusal says why (its class,
+    a Durable Streams reason and facts) and a write what it did; each face makes the status."""
+    for path in [*(PACKAGE / "rules").glob("*.py"), *(PACKAGE / "store").rglob("*.py"), PACKAGE / "ds_service.py",
+                 PACKAGE / "service.py"]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword):
+                # A run's ``status`` is the domain's word ("running"); a number there is HTTP's.
+                http = node.arg in ("status_code", "headers") or (
+                    node.arg == "status" and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int))
+                assert not http, f"{path.name}:{node.value.lineno}"

@@ -133,8 +133,7 @@ class StreamService:
 
     def _writable(self, path: str) -> None:
         if run_id_of(path) is not None:
-            raise DsRefusal("a run is not deleted as a stream; retention deletes ended runs", status=405,
-                            headers={"Allow": "GET, HEAD, PUT, POST"})
+            raise DsRefusal("not_deletable", "a run is not deleted as a stream; retention deletes ended runs")
 
     async def create(self, request: CreateRequest) -> Outcome:
         self._writable(request.path)

@@ -11,7 +11,8 @@ zero here; an offset with anything else there is not ours (400). Reading
 from offset ``n`` answers the entries after ``n``.
 
 Each decision is a function of the stream's state and the request, answering what to do or
-raising a :class:`~lastword.errors.DsRefusal` with the protocol's status and headers; the store applies it in the
+raising a :class:`~lastword.errors.DsRefusal` that says why (a reason and the facts a client needs,
+such as the producer seq expected), never how a transport answers it; the store applies it in the
 transaction that read the state, so check and write cannot be separated by another writer.
 """
 
@@ -62,9 +63,9 @@ def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
         return "now"
     position = position_of(text)
     if position is None:
-        raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
+        raise DsRefusal("invalid", f"offset {text!r} is not one this server hands out")
     if position > tail:
-        raise DsRefusal(status=400, detail=f"offset {text!r} is past the stream's tail")
+        raise DsRefusal("invalid", f"offset {text!r} is past the stream's tail")
     return position
 
 
@@ -92,7 +93,7 @@ def parse_ttl(value: str | None) -> int | None:
     if value is None:
         return None
     if not _DIGITS.fullmatch(value):
-        raise DsRefusal(status=400, detail=f"Stream-TTL {value!r} is not a whole number of seconds")
+        raise DsRefusal("invalid", f"Stream-TTL {value!r} is not a whole number of seconds")
     return int(value)
 
 
@@ -101,11 +102,11 @@ def parse_expires_at(value: str | None) -> float | None:
         return None
     text = value.strip()
     if not _RFC3339.fullmatch(text):
-        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not an RFC 3339 time")
+        raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not an RFC 3339 time")
     try:
         return datetime.fromisoformat(text.upper().replace(" ", "T")).timestamp()
     except ValueError:
-        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not a valid time") from None
+        raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not a valid time") from None
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,14 @@ def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Produ
     if not any(given):
         return None
     if not all(given):
-        raise DsRefusal(status=400, detail="Producer-Id, Producer-Epoch and Producer-Seq go together")
+        raise DsRefusal("invalid", "Producer-Id, Producer-Epoch and Producer-Seq go together")
     assert pid is not None and epoch is not None and seq is not None
     if not pid.strip():
-        raise DsRefusal(status=400, detail="Producer-Id is empty")
+        raise DsRefusal("invalid", "Producer-Id is empty")
     numbers = []
     for name, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
         if not _DIGITS.fullmatch(value.strip()) or int(value) > MAX_SAFE:
-            raise DsRefusal(status=400, detail=f"{name} {value!r} is not an integer from 0 to 2^53-1")
+            raise DsRefusal("invalid", f"{name} {value!r} is not an integer from 0 to 2^53-1")
         numbers.append(int(value))
     return Producer(pid, numbers[0], numbers[1])
 
@@ -145,22 +146,22 @@ def check_producer(producer: Producer, state: tuple[int, int] | None) -> Produce
     """Epoch fencing and sequence checks against the producer's stored ``(epoch, last seq)``."""
     if state is None:
         if producer.seq != 0:
-            raise DsRefusal(status=409, detail=f"a new producer starts at seq 0, not {producer.seq}",
-                            headers={"Producer-Expected-Seq": "0", "Producer-Received-Seq": str(producer.seq)})
+            raise DsRefusal("conflict", f"a new producer starts at seq 0, not {producer.seq}",
+                            expected_seq=0, received_seq=producer.seq)
         return "accept"
     epoch, last = state
     if producer.epoch < epoch:
-        raise DsRefusal(status=403, detail=f"producer epoch {producer.epoch} is stale; the current one is {epoch}",
-                        headers={"Producer-Epoch": str(epoch)})
+        raise DsRefusal("stale_epoch", f"producer epoch {producer.epoch} is stale; the current one is {epoch}",
+                        epoch=epoch)
     if producer.epoch > epoch:
         if producer.seq != 0:
-            raise DsRefusal(status=400, detail=f"a new epoch starts at seq 0, not {producer.seq}")
+            raise DsRefusal("invalid", f"a new epoch starts at seq 0, not {producer.seq}")
         return "accept"
     if producer.seq <= last:
         return "duplicate"
     if producer.seq > last + 1:
-        raise DsRefusal(status=409, detail=f"producer seq {producer.seq} leaves a gap after {last}",
-                        headers={"Producer-Expected-Seq": str(last + 1), "Producer-Received-Seq": str(producer.seq)})
+        raise DsRefusal("conflict", f"producer seq {producer.seq} leaves a gap after {last}",
+                        expected_seq=last + 1, received_seq=producer.seq)
     return "accept"
 
 
@@ -205,9 +206,9 @@ def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
         if _SPACE.match(text, at).end() != len(text):  # type: ignore[union-attr]
             raise ValueError("extra data after the value")
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise DsRefusal(status=400, detail=f"the body is not JSON: {error}") from None
+        raise DsRefusal("invalid", f"the body is not JSON: {error}") from None
     if not messages and not allow_empty:
-        raise DsRefusal(status=400, detail="an empty JSON array appends nothing")
+        raise DsRefusal("invalid", "an empty JSON array appends nothing")
     return messages
 
 
@@ -297,10 +298,13 @@ class AppendRequest:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a write did: the stream after it, and the answer's status."""
+    """What a write did: the stream after it, whether a create made it (or found the same one
+    there) and whether an append stored anything (a repeat or a close alone stores nothing)."""
 
     state: StreamState
-    status: int
+    created: bool = False
+    stored: bool = False
+    #: The producer's ``(epoch, seq)`` the write is acknowledged for, when one wrote.
     producer: tuple[int, int] | None = None
 
 
