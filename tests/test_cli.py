@@ -94,6 +94,9 @@ def test_push_events_then_result(api: httpx.Client, base_url: str) -> None:
     assert result["output"] == [{"type": "text", "text": "answer"}] and result["stopReason"] == "completed"
     tool = json.loads(lastword("result", run, "--url", base_url, "--tool").stdout)
     assert tool == {"content": [{"type": "text", "text": "answer"}], "isError": False}
+    assert "texts" not in result
+    texts = json.loads(lastword("result", run, "--url", base_url, "--texts").stdout)
+    assert texts["texts"] == ["answer"] and texts["output"] == result["output"]
 
 
 def test_push_text_keeps_characters_split_across_reads(api: httpx.Client, base_url: str) -> None:

@@ -21,6 +21,7 @@ from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
 from lastword.rules.ds import Producer
+from lastword.rules.fold import assistant_texts
 from lastword.rules.ids import new_run_id
 from lastword.rules.records import (
     AppendOutcome,
@@ -47,6 +48,8 @@ log = logging.getLogger("lastword")
 RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
 HISTORY_TYPES = frozenset(transcript_rules.HISTORY_TYPES)
+#: What a turn's ``texts`` are read from (SPEC §19).
+TEXT_TYPES = frozenset({"assistant/message", "assistant/chunk"})
 
 Answer = TypeVar("Answer")
 #: What a long poll's ``look`` is handed: the events heard since it last looked, or ``None`` when
@@ -551,6 +554,17 @@ class RunService:
         # The log is read a page at a time as the transcript consumes it, in a worker thread (a
         # long run's transcript is work, and the loop must stay free), each page read on the loop.
         return await asyncio.to_thread(transcript, history(), format)
+
+    async def texts(self, turn: TurnRecord) -> list[str]:
+        """Every visible text the assistant wrote in ``turn`` (SPEC §19), read from its log."""
+        events: list[dict[str, Any]] = []
+        after = turn.start_seq - 1
+        while True:
+            page = await self._store.events_after(turn.run_id, after, HISTORY_PAGE, TEXT_TYPES)
+            events.extend(event.body for event in page if event.turn == turn.turn)
+            if len(page) < HISTORY_PAGE or page[-1].turn > turn.turn:
+                return assistant_texts(events)
+            after = page[-1].seq
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

@@ -221,9 +221,9 @@ def _result(args: argparse.Namespace) -> int:
             print(tool.model_dump_json(indent=2))
             return 0
         if args.wait is not None:
-            result = client.wait_result(args.run, timeout=args.wait)
+            result = client.wait_result(args.run, timeout=args.wait, texts=args.texts)
         else:
-            result = client.result(args.run)
+            result = client.result(args.run, texts=args.texts)
         print(result.model_dump_json(indent=2, exclude_none=True))
     return 0
 
@@ -404,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     result.add_argument("run", metavar="RUN")
     result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
     result.add_argument("--tool", action="store_true", help="print the parent model's tool result instead")
+    result.add_argument("--texts", action="store_true",
+                        help="add 'texts': every text the assistant wrote in the turn, in order (the output is unchanged)")
     _add_remote(result)
     result.set_defaults(handler=_result)
 

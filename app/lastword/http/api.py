@@ -401,12 +401,20 @@ CLIENT_GONE = 499
 
 
 @router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
-async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
+async def get_result(
+    request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0,
+    include: Annotated[Literal["texts"] | None, Query(
+        description="'texts' adds `texts`: every visible text the assistant wrote in the turn, in order "
+                    "(for a child whose last message points back at an earlier one); `output` is unchanged.")] = None,
+) -> Any:
     """The turn's ``SubagentResult``; ``?wait=S`` blocks up to S seconds for it to end."""
     record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
     if record is None:
         return Response(status_code=CLIENT_GONE)
-    return result_view(record)
+    view = result_view(record)
+    if include == "texts":
+        view["texts"] = await service_of(request).texts(record)
+    return view
 
 
 @router.get(
