@@ -72,7 +72,7 @@ async def open_core(
     # start fails (a failed sweep must not leak the sender's client).
     async with contextlib.AsyncExitStack() as opened:
         opened.push_async_callback(store.close)
-        streams = StreamService(store, clock=clock)
+        streams = StreamService(store, clock=clock, max_json_messages=settings.ds_max_json_messages)
         fanout = open_fanout(settings, store, hub, streams)
         sender = WebhookSender(store, metrics, backoff_seconds=settings.webhook_backoff_seconds,
                                max_attempts=settings.webhook_max_attempts,

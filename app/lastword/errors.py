@@ -307,8 +307,9 @@ class DsRefusal(LastwordError):
     status, code, title = 400, "durable_streams", "Refused by the Durable Streams protocol"
 
     def __init__(self, reason: DsReason, detail: str, *, expected_seq: int | None = None,
-                 received_seq: int | None = None, epoch: int | None = None, tail: int | None = None) -> None:
-        super().__init__(detail)
+                 received_seq: int | None = None, epoch: int | None = None, tail: int | None = None,
+                 **extra: Any) -> None:
+        super().__init__(detail, **extra)
         self.reason = reason
         self.expected_seq = expected_seq
         self.received_seq = received_seq

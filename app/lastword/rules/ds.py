@@ -173,23 +173,27 @@ _decoder = json.JSONDecoder(parse_constant=_no_constants)
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
+def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     """A JSON mode body as its messages, each the exact text of one value.
 
-    An array is flattened one level; any other value is one message. Not JSON is 400, and so is
-    an empty array unless ``allow_empty`` (a PUT's initial content may be ``[]``).
+    An array is flattened one level; any other value is one message. Not JSON is refused, and
+    so is an array of more than ``limit`` messages, as soon as the one past it is read: a small
+    body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
     try:
         text = body.decode("utf-8")
         start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
         if text.startswith("[", start):
-            messages = []
+            messages: list[bytes] = []
             at = _SPACE.match(text, start + 1).end()  # type: ignore[union-attr]
             if text.startswith("]", at):
                 at += 1
             else:
                 while True:
                     _, end = _decoder.raw_decode(text, at)
+                    if limit is not None and len(messages) == limit:
+                        raise DsRefusal("too_large", f"a JSON append holds at most {limit} messages "
+                                                     "(LASTWORD_DS_MAX_JSON_MESSAGES)", limit=limit)
                     messages.append(text[at:end].encode())
                     at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
                     if text.startswith(",", at):
@@ -207,9 +211,17 @@ def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
             raise ValueError("extra data after the value")
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise DsRefusal("invalid", f"the body is not JSON: {error}") from None
-    if not messages and not allow_empty:
-        raise DsRefusal("invalid", "an empty JSON array appends nothing")
     return messages
+
+
+def split_json(body: bytes, limit: int) -> list[bytes] | DsRefusal:
+    """:func:`json_messages` of a JSON-mode body, done before its transaction: the messages, or
+    the refusal, which the transaction raises where the parse stood (after the stream's own
+    checks, so a bad body to a missing stream is still a 404)."""
+    try:
+        return json_messages(body, limit=limit)
+    except DsRefusal as refusal:
+        return refusal
 
 
 def body_of(entries: list[bytes], content_type: str) -> bytes:
@@ -284,6 +296,10 @@ class CreateRequest:
     fork_of: str | None = None
     fork_offset: str | None = None
     fork_sub_offset: int = 0
+    #: A JSON-mode body split into its messages before the transaction (:func:`split_json`).
+    split: list[bytes] | DsRefusal | None = None
+    #: The most messages a JSON-mode body may hold.
+    max_messages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +310,8 @@ class AppendRequest:
     close: bool
     producer: Producer | None
     stream_seq: str | None
+    split: list[bytes] | DsRefusal | None = None
+    max_messages: int | None = None
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,21 @@ def _drop(tx: Tx, state: StreamState) -> None:
         current = source if source.deleted and source.refs <= 0 else None
 
 
-def _entries(content_type: str, body: bytes, *, allow_empty: bool) -> list[bytes]:
-    if ds.is_json(content_type):
-        return [] if not body else ds.json_messages(body, allow_empty=allow_empty)
-    return [body] if body else []
+def _entries(content_type: str, request: CreateRequest | AppendRequest, *, allow_empty: bool) -> list[bytes]:
+    """The entries a body makes: one, or a JSON-mode body's messages (an empty array only where
+    ``allow_empty``: a PUT's initial content may be ``[]``)."""
+    body = request.body
+    if not body:
+        return []
+    if not ds.is_json(content_type):
+        return [body]
+    split = request.split
+    if isinstance(split, DsRefusal):
+        raise split
+    messages = split if split is not None else ds.json_messages(body, limit=request.max_messages)
+    if not messages and not allow_empty:
+        raise DsRefusal("invalid", "an empty JSON array appends nothing")
+    return messages
 
 
 def _insert(tx: Tx, uid: str, first: int, entries: list[bytes]) -> None:
@@ -181,7 +192,7 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
         fork_spec = f"{request.fork_offset or ''}:{request.fork_sub_offset}"
         tx.run("UPDATE ds_streams SET refs = refs + 1 WHERE path = ?", (source.path,))
     content_type = content_type or "application/octet-stream"
-    entries = _entries(content_type, request.body, allow_empty=True)
+    entries = _entries(content_type, request, allow_empty=True)
     uid = secrets.token_hex(8)
     state = StreamState(
         path=request.path, uid=uid, content_type=content_type, ttl=ttl, expires_at=expires_at,
@@ -271,7 +282,7 @@ def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
             raise DsRefusal("invalid", "an append needs a Content-Type")
         if ds.media_type(request.content_type) != ds.media_type(state.content_type):
             raise DsRefusal("conflict", f"the stream holds {state.content_type}, not {request.content_type}")
-    entries = _entries(state.content_type, request.body, allow_empty=False)
+    entries = _entries(state.content_type, request, allow_empty=False)
     echo: tuple[int, int] | None = None
     if producer is not None:
         repeated = producer_repeat(tx, state.uid, producer)
