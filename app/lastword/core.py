@@ -81,7 +81,8 @@ async def open_core(
         opened.push_async_callback(sender.close)
         observers: list[Callable[[StoredEvent], None]] = [sender.ended]
         spans = open_turn_spans(lambda run_id: run_or_none(store.get_run, run_id),
-                                lambda run_id, turn: _turn_record(store, run_id, turn))
+                                lambda run_id, turn: _turn_record(store, run_id, turn),
+                                conventions=settings.otel_genai_conventions)
         if spans is not None:
             observers.append(spans.ended)
             opened.push_async_callback(spans.close)
