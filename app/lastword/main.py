@@ -165,7 +165,8 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     app = FastAPI(
         title="lastword",
         version=__version__,
-        description="Keeps a subagent's last word: one selection rule, served over REST and SSE.",
+        description="Keeps a subagent's last word: one selection rule, served over REST and SSE. "
+                    "[The dashboard](/dashboard) shows the runs live.",
         lifespan=lifespan,
         # FastAPI's pages load their scripts from a CDN; ours serve them from a package.
         docs_url=None,

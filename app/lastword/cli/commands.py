@@ -57,6 +57,16 @@ TAIL_RECONNECTS = 1_000_000
 TAIL_POLL_SECONDS = 0.25
 
 
+def _url_host(host: str) -> str:
+    """``host`` as it goes in a URL a person opens: an IPv6 address in brackets, and a wildcard
+    address as the loopback one, which a browser on this machine reaches."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _serve(args: argparse.Namespace) -> int:
     from lastword.http.logs import configure_logging
     from lastword.server import LastwordServer, give_big_blocks_back, uvicorn_config
@@ -71,6 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
         return USAGE
     configure_logging(settings.log_level)
     server = LastwordServer(uvicorn_config(settings))
+    base = f"http://{_url_host(settings.host)}:{settings.port}"
+    print(f"lastword serve: {base} (dashboard {base}/dashboard, API docs {base}/docs)", file=sys.stderr, flush=True)
     # Everything imported and built so far lives as long as the process: moving it out of the
     # collector's sight makes each collection (frequent under ingest) scan only new objects.
     gc.collect()

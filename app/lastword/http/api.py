@@ -52,7 +52,7 @@ from lastword.schemas import (
 from lastword.service import RunService
 from lastword.settings import Settings
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["runs"])
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from lastword.rules.records import RunRecord, StoredEvent
 from lastword.schemas import Problem
 from lastword.service import RunService
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["streams"])
 
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
