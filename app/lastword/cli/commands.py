@@ -246,12 +246,19 @@ def _push(args: argparse.Namespace) -> int:
         if args.text:
             # A character split between two reads is completed by the next one.
             decoder = codecs.getincrementaldecoder("utf-8")()
-            total, sent = 0, False
-            while piece := stdin.read1(65536):
-                text = decoder.decode(piece)
-                if text:
-                    total, sent = total + client.push_text(args.run, text).accepted, True
-            tail = decoder.decode(b"", final=True)
+            total, sent, read = 0, False, 0
+            try:
+                while piece := stdin.read1(65536):
+                    text = decoder.decode(piece)
+                    read += len(piece)
+                    if text:
+                        total, sent = total + client.push_text(args.run, text).accepted, True
+                tail = decoder.decode(b"", final=True)
+            except UnicodeDecodeError as error:
+                at = read + error.start  # within the piece that failed; ``read`` counts the pieces before it
+                print(f"lastword push: standard input is not UTF-8 text (byte {at}); --text takes UTF-8. "
+                      f"What came before it was sent (accepted {total}).", file=sys.stderr)
+                return USAGE
             if tail:
                 total, sent = total + client.push_text(args.run, tail).accepted, True
             if not sent:
@@ -265,10 +272,16 @@ def _push(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             try:
-                batch.append(json.loads(line))
+                value = json.loads(line)
             except ValueError as error:
                 print(f"lastword push: line {number}: not JSON: {error}", file=sys.stderr)
-                return 2
+                return USAGE
+            events = value if isinstance(value, list) else [value]
+            if not all(isinstance(event, dict) for event in events):
+                print(f"lastword push: line {number}: a line is one event (a JSON object) or an array of them, "
+                      f"not {_json_kind(value)}", file=sys.stderr)
+                return USAGE
+            batch.extend(events)
             if len(batch) >= args.batch:
                 answer, sent = client.push_events(args.run, batch), True
                 accepted, duplicates, batch = accepted + answer.accepted, duplicates + answer.duplicates, []
@@ -279,6 +292,12 @@ def _push(args: argparse.Namespace) -> int:
             _nothing_read()
         print(f"accepted {accepted}, duplicates {duplicates}")
     return 0
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array holding something other than objects"
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "null")
 
 
 def _nothing_read() -> None:
