@@ -36,9 +36,9 @@ BREAKS = {
     "client": ("client/core.py", "import lastword.store.base\n"),
     "client-layers": ("client/retry.py", "import lastword.client.core\n"),
     "faces-through-service": ("http/views.py", "import lastword.store.base\n"),
+    "no-web-framework-below-the-faces": ("ingest/body.py", "import starlette.requests\n"),
     "store-through-protocols": ("webhooks/sender.py", "import lastword.store.outbox\n"),
     "service-takes-no-http-model": ("service.py", "import lastword.schemas\n"),
-    "core-without-web-framework": ("core.py", "import starlette\n"),
     "pure-rules": ("adapters/base.py", "import httpx\n"),
     "adapters-independent": ("adapters/acp.py", "import lastword.adapters.anthropic\n"),
 }
@@ -47,9 +47,9 @@ CONTRACT_NAMES = {
     "client": "the client imports no server module",
     "client-layers": "the client's modules import downward only",
     "faces-through-service": "the HTTP faces and the app reach the store only",
+    "no-web-framework-below-the-faces": "the core, ingest and services import no web framework",
     "store-through-protocols": "the service side uses only the store's protocols",
     "service-takes-no-http-model": "the service imports no HTTP model",
-    "core-without-web-framework": "the core, the registry and the services stand without",
     "pure-rules": "the rules and the adapters do no I/O",
     "adapters-independent": "each adapter stands alone",
 }

@@ -468,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(handler=_audit)
 
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
-    from lastword.cli.run import CLI_FORMATS, FORMATS_BY_COMMAND
+    from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
 
     run = add_command(
         "run",

@@ -22,10 +22,11 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from lastword.errors import DsRefusal, EmptyBatch, NotFound, Unprocessable
-from lastword.http import json_input
-from lastword.http.ingest import encode_events, read_body
+from lastword.http.body import body_of
+from lastword.ingest import json_input
+from lastword.ingest.body import read_body
+from lastword.ingest.checks import check_pushed, encode_events
 from lastword.rules import ds
-from lastword.rules.events import validate_events
 from lastword.schemas import RunCreate
 from lastword.service import RunService
 
@@ -47,7 +48,7 @@ def _require_json(content_type: str | None) -> None:
 async def _events(request: Request, *, allow_empty: bool) -> list[dict[str, Any]]:
     """The body's messages as validated §4 events (an array's items, or the one event)."""
     settings = request.app.state.settings
-    raw = await read_body(request, settings.max_body_bytes)
+    raw = await read_body(body_of(request), settings.max_body_bytes)
     if not raw.strip() and allow_empty:
         return []
     events = json_input.loads_events(raw)
@@ -55,7 +56,7 @@ async def _events(request: Request, *, allow_empty: bool) -> list[dict[str, Any]
         raise EmptyBatch("an empty JSON array appends nothing")
     if len(events) > settings.max_batch_events:
         raise DsRefusal("too_large", f"the batch holds more than {settings.max_batch_events} events")
-    validate_events(events)
+    check_pushed(events)
     return events
 
 
