@@ -321,7 +321,11 @@ class DsRefusal(LastwordError):
 
 
 class Unavailable(LastwordError):
+    """The store cannot serve now (it is down, or a failover is under way): a client sends the
+    same request again after ``Retry-After``, and eventIds make that store nothing twice."""
+
     status, code, title = 503, "store_unavailable", "Store unavailable"
+    retry_after = 1
 
 
 class Unreachable(Unavailable):

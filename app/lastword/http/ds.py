@@ -89,6 +89,8 @@ def _refused(error: LastwordError) -> Response:
         headers.update(refusal_headers(error))
     elif isinstance(error, RunEnded):
         headers["Stream-Closed"] = "true"  # a run written as a stream (SPEC §17): its end closed it
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     return Response(problem_json(error, status), status_code=status, media_type="application/problem+json",
                     headers=headers)
 
