@@ -157,6 +157,12 @@ class PatroniCluster:
         primaries = [node for node in self.nodes if node.role() == "primary"]
         return primaries[0] if len(primaries) == 1 else None
 
+    def switchover(self, old: Node) -> None:
+        """A planned switchover: Patroni demotes ``old`` (it stays up, as a standby) and promotes
+        the synchronous standby."""
+        answer = httpx.post(f"http://127.0.0.1:{old.api_port}/switchover", json={"leader": old.name}, timeout=30)
+        assert answer.status_code == 200, answer.text
+
     def wait_for_new_primary(self, old: Node, within: float = 90) -> Node:
         _wait(lambda: (p := self.primary()) is not None and p is not old, "a new primary", within)
         new = self.primary()

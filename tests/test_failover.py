@@ -100,9 +100,13 @@ def ready(url: str) -> bool:
     return httpx.get(f"{url}/readyz").status_code == 200
 
 
-def test_a_primary_killed_under_load_loses_nothing_acknowledged(cluster: PatroniCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["kill", "switchover"])
+def test_a_primary_lost_under_load_loses_nothing_acknowledged(cluster: PatroniCluster, how: str) -> None:
+    """``kill``: the primary dies (kill -9). ``switchover``: it is demoted and stays up as a
+    standby, so connections to it still answer, read-only: writes must move to the new primary."""
     env = {"LASTWORD_DATABASE_URL": cluster.url(), "LASTWORD_LEASE_SECONDS": "0", "LASTWORD_LOG_LEVEL": "warning"}
     replicas = [ServerProcess(env, cwd=REPO).start() for _ in range(2)]
+    old = None
     try:
         urls = [replica.url for replica in replicas]
         run_id = httpx.post(f"{urls[0]}/v1/runs", json={"agent": "failover"}).json()["runId"]
@@ -112,7 +116,10 @@ def test_a_primary_killed_under_load_loses_nothing_acknowledged(cluster: Patroni
             wait_until(lambda: writers.count() >= BEFORE, f"{BEFORE} events acknowledged", within=60)
             old = cluster.primary()
             assert old is not None
-            cluster.kill(old)
+            if how == "kill":
+                cluster.kill(old)
+            else:
+                cluster.switchover(old)
             killed_at, at_kill = time.monotonic(), writers.count()
             new = cluster.wait_for_new_primary(old)
             wait_until(lambda: writers.count() >= at_kill + AFTER, f"{AFTER} more events after the failover",
@@ -120,8 +127,8 @@ def test_a_primary_killed_under_load_loses_nothing_acknowledged(cluster: Patroni
         finally:
             writers.finish()
         resumed = next(at for at in writers.acknowledged_at if at > killed_at + 0.5)
-        print(f"\n[failover] {old.name} -> {new.name}: writes acknowledged again {resumed - killed_at:.1f} s after "
-              f"the kill; answers {dict(writers.answers)}")
+        print(f"\n[failover] {how} {old.name} -> {new.name}: writes acknowledged again {resumed - killed_at:.1f} s "
+              f"after; answers {dict(writers.answers)}")
         assert writers.unexpected == [], writers.unexpected[:5]
         assert set(writers.answers) <= {200, 503}, writers.answers
         for url in urls:
@@ -136,3 +143,5 @@ def test_a_primary_killed_under_load_loses_nothing_acknowledged(cluster: Patroni
     finally:
         for replica in replicas:
             replica.stop()
+        if how == "kill" and old is not None:
+            cluster.start_node(old)  # back as a standby (pg_rewind), for the tests after this one
