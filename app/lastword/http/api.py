@@ -197,7 +197,7 @@ class PlainRoute(APIRoute):
     serialises what it returns against ``response_model``. The ingest endpoints a streaming
     child calls once per delta read their body themselves and answer three integers, so that
     work bought nothing there, and it was a third of the route's time in the event loop
-    (docs/BENCHMARKS.md, issue 15). Their declared parameters and ``response_model`` still
+    (docs/BENCHMARKS.md). Their declared parameters and ``response_model`` still
     make their OpenAPI operation. Only ``request`` and path parameters (strings, with nothing
     to validate) are allowed: anything else would be silently ignored, so it is refused here.
     FastAPI's own telemetry (off unless an OpenTelemetry provider is set globally) still spans

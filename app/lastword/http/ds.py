@@ -16,7 +16,7 @@ without reading the stream and leaves a sliding TTL alone, which a GET would not
 The route is a plain Starlette :class:`~starlette.routing.Route`, not a FastAPI one, and the app
 puts it ahead of every other route: it reads its headers and body itself and has no
 dependencies, so FastAPI's dependency solving is pure cost on a path a token stream hits once
-per message, as is matching the request against every ``/v1`` route first (issue 27's speed).
+per message, as is matching the request against every ``/v1`` route first.
 """
 
 from __future__ import annotations
