@@ -21,7 +21,7 @@ import time
 
 import orjson
 
-from bench import http
+from bench import http, probing
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -65,28 +65,10 @@ async def _while(server: Server, body: bytes, expect: int) -> tuple[float, float
     conn = await http.connect(server.url)
     path = f"/ds/bench-t/{secrets.token_hex(6)}"
     await conn.request("PUT", path, b"", "application/json", expect=201)
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    writer = asyncio.create_task(_writer(server, stop, seen))
-    await asyncio.sleep(0.2)  # the writer is appending before the big request starts
-    started = time.perf_counter()
-    await conn.request("POST", path, body, "application/json", expect=expect)
-    ended = time.perf_counter()
-    stop.set()
-    await writer
+    latencies, seconds = await probing.during(lambda stop, seen: _writer(server, stop, seen),
+                                              lambda: conn.request("POST", path, body, "application/json", expect))
     conn.close()
-    during = [latency for sent, latency in seen if sent <= ended and sent + latency >= started]
-    return max(during), ended - started, len(during)
-
-
-async def _baseline(server: Server, seconds: float) -> float:
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    writer = asyncio.create_task(_writer(server, stop, seen))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await writer
-    return max(latency for _, latency in seen)
+    return max(latencies), seconds, len(latencies)
 
 
 async def _measure(ctx: Context, result: Result) -> None:
@@ -94,7 +76,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     largest = _largest_allowed(7)
     zeros = _zeros()
     with Server() as server:
-        idle = await _baseline(server, ctx.pick(2.0, 0.5))
+        idle = await probing.idle(lambda stop, seen: _writer(server, stop, seen), ctx.pick(2.0, 0.5))
         allowed = [await _while(server, largest, 204) for _ in range(rounds)]
         refused = [await _while(server, zeros, 413) for _ in range(rounds)]
     worst_allowed = max(worst for worst, _, _ in allowed)

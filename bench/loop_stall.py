@@ -19,7 +19,7 @@ import time
 
 import orjson
 
-from bench import http
+from bench import http, probing
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -70,29 +70,11 @@ async def _round(server: Server, body: bytes) -> tuple[float, float, int]:
     conn = await http.connect(server.url)
     run_id = f"bench-h-{secrets.token_hex(6)}"
     await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    probe = asyncio.create_task(_probe(server, stop, seen))
-    await asyncio.sleep(0.2)  # the probe is answering before the batch starts
-    started = time.perf_counter()
-    await conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200)
-    ended = time.perf_counter()
-    stop.set()
-    await probe
+    latencies, seconds = await probing.during(
+        lambda stop, seen: _probe(server, stop, seen),
+        lambda: conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200))
     conn.close()
-    # A probe overlaps the ingest if it was in flight at any moment between its start and end.
-    during = [latency for sent, latency in seen if sent <= ended and sent + latency >= started]
-    return max(during), ended - started, len(during)
-
-
-async def _baseline(server: Server, seconds: float) -> float:
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    probe = asyncio.create_task(_probe(server, stop, seen))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await probe
-    return max(latency for _, latency in seen)
+    return max(latencies), seconds, len(latencies)
 
 
 async def _measure(ctx: Context, result: Result) -> None:
@@ -100,7 +82,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     bodies = [_batch(seed) for seed in range(rounds)]
     size_mb = len(bodies[0]) / 1e6
     with Server() as server:
-        idle = await _baseline(server, ctx.pick(2.0, 0.5))
+        idle = await probing.idle(lambda stop, seen: _probe(server, stop, seen), ctx.pick(2.0, 0.5))
         worst: list[float] = []
         ingest: list[float] = []
         probes = 0

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.patroni_cluster import PatroniCluster, available, patroni_cluster
+from tests.conftest import require
 from tests.polling import wait_until
 from tests.servers import ServerProcess
 
@@ -34,11 +35,7 @@ BEFORE, AFTER = 40, 40  # acknowledged events before the kill, and after the new
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PatroniCluster]:
-    reason = available()
-    if reason is not None:
-        if os.environ.get("LASTWORD_REQUIRE_PATRONI") == "1":
-            pytest.fail(f"{reason}; LASTWORD_REQUIRE_PATRONI=1 makes this a failure", pytrace=False)
-        pytest.skip(reason)
+    require(available(), "LASTWORD_REQUIRE_PATRONI")
     with patroni_cluster() as running:
         yield running
 

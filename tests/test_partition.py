@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.netns import Host, Network, available, network
+from tests.conftest import require
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
@@ -78,11 +79,8 @@ class Postgres:
 
 @pytest.fixture
 def hosts() -> Iterator[Network]:
-    reason = available() or (None if (PG_BIN / "postgres").exists() else f"no PostgreSQL 15 at {PG_BIN}")
-    if reason is not None:
-        if os.environ.get("LASTWORD_REQUIRE_PATRONI") == "1":
-            pytest.fail(f"{reason}; LASTWORD_REQUIRE_PATRONI=1 makes this a failure", pytrace=False)
-        pytest.skip(reason)
+    require(available() or (None if (PG_BIN / "postgres").exists() else f"no PostgreSQL 15 at {PG_BIN}"),
+            "LASTWORD_REQUIRE_PATRONI")
     with network() as made:
         yield made
 
