@@ -13,9 +13,7 @@ The baseline is the same ``/healthz`` loop with nothing else going on.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 
 import orjson
 
@@ -51,27 +49,13 @@ def _batch(seed: int) -> bytes:
     return orjson.dumps(events)
 
 
-async def _probe(server: Server, stop: asyncio.Event, seen: list[tuple[float, float]]) -> None:
-    """``/healthz`` back to back until ``stop``; each (sent at, latency) noted."""
-    conn = await http.connect(server.url)
-    try:
-        while not stop.is_set():
-            sent = time.perf_counter()
-            status, _ = await conn.send(HEALTHZ)
-            if status != 200:
-                raise http.HttpError(f"/healthz answered {status}")
-            seen.append((sent, time.perf_counter() - sent))
-    finally:
-        conn.close()
-
-
 async def _round(server: Server, body: bytes) -> tuple[float, float, int]:
     """(worst /healthz latency, ingest seconds, probes answered) for one batch."""
     conn = await http.connect(server.url)
     run_id = f"bench-h-{secrets.token_hex(6)}"
     await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
     latencies, seconds = await probing.during(
-        lambda stop, seen: _probe(server, stop, seen),
+        probing.repeating(server.url, HEALTHZ, "/healthz"),
         lambda: conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200))
     conn.close()
     return max(latencies), seconds, len(latencies)
@@ -82,7 +66,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     bodies = [_batch(seed) for seed in range(rounds)]
     size_mb = len(bodies[0]) / 1e6
     with Server() as server:
-        idle = await probing.idle(lambda stop, seen: _probe(server, stop, seen), ctx.pick(2.0, 0.5))
+        idle = await probing.idle(probing.repeating(server.url, HEALTHZ, "/healthz"), ctx.pick(2.0, 0.5))
         worst: list[float] = []
         ingest: list[float] = []
         probes = 0

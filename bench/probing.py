@@ -12,10 +12,31 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from bench import http
+
 #: A probe: requests back to back until the event is set, each ``(sent at, latency)`` appended.
 Probe = Callable[[asyncio.Event, list[tuple[float, float]]], Awaitable[None]]
 #: How long a probe runs before the work starts, so it is answering when the work begins.
 LEAD = 0.2
+
+
+def repeating(url: str, raw: bytes, what: str) -> Probe:
+    """A probe sending the prepared request ``raw`` to ``url`` on one keep-alive connection; any
+    answer but 200 ends the bench (``what`` names the request in the error)."""
+
+    async def probe(stop: asyncio.Event, seen: list[tuple[float, float]]) -> None:
+        conn = await http.connect(url)
+        try:
+            while not stop.is_set():
+                sent = time.perf_counter()
+                status, _ = await conn.send(raw)
+                if status != 200:
+                    raise http.HttpError(f"{what} answered {status}")
+                seen.append((sent, time.perf_counter() - sent))
+        finally:
+            conn.close()
+
+    return probe
 
 
 async def during(probe: Probe, work: Callable[[], Awaitable[object]]) -> tuple[list[float], float]:

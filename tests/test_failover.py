@@ -11,7 +11,6 @@ and both replicas are ready again on the new primary by themselves.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
