@@ -30,13 +30,26 @@ def recorded(name: str) -> list[Event]:
 
 
 def read(events: list[Event], *, version: int | None = None, key: str | None = "k") -> tuple[list[Event], StreamStop]:
-    """What the adapter makes of a whole body, and how it stopped (as the endpoint runs it)."""
+    """What the adapter makes of a whole body, and how it stopped, as the endpoint runs it: the
+    events still waiting for their id are taken after each call, and must be among what that
+    call made (the endpoint pairs them so), then named when the body ends."""
     adapter = ACPAdapter(key, version=version)
     made: list[Event] = []
+    waiting: list[tuple[Event, str | int]] = []
+
+    def took(new: list[Event]) -> None:
+        unnamed = adapter.take_unnamed()
+        assert all(any(event is one for one in new) for event, _ in unnamed)
+        waiting.extend(unnamed)
+        made.extend(new)
+
     for index, event in enumerate(events):
-        made.extend(adapter.feed(index, event))
-    made.extend(adapter.finish())
-    adapter.name_events()
+        took(adapter.feed(index, event))
+    took(adapter.finish())
+    base = adapter.id_base("turn 1")
+    for event, suffix in waiting:
+        event["eventId"] = f"{base}:{suffix}"
+    assert all("eventId" in event for event in made)
     return made, adapter.stop
 
 
@@ -301,6 +314,16 @@ def test_v2_chunk_without_its_message_id_is_refused() -> None:
     events = recorded("v2-upserts")
     del update_at(events, 10)["toolCallId"]
     refused(events, "params.update.toolCallId")
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in FIXTURES.glob("*.json")))
+def test_without_a_key_every_event_is_named_once_from_the_body(name: str) -> None:
+    made, _ = read(recorded(name), key=None)
+    ids = [event["eventId"] for event in made]
+    base = ids[0].rsplit(":", 1)[0]
+    assert base.startswith("body-") and all(event_id.startswith(f"{base}:") for event_id in ids)
+    assert len(set(ids)) == len(ids)
+    assert [event["eventId"] for event in read(recorded(name), key=None)[0]] == ids
 
 
 # -- which version ---------------------------------------------------------------------------------

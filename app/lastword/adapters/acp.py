@@ -87,7 +87,7 @@ class ACPAdapter(ProviderAdapter):
         # states by id, and the turn's end, stored when the body ends.
         self._messages: dict[str, _Message] = {}
         self._tool_calls: dict[str, Event] = {}
-        self._turn_end: Event | None = None
+        self._turn_end: tuple[Event, Event] | None = None
 
     @property
     def stop(self) -> StreamStop:
@@ -207,7 +207,8 @@ class ACPAdapter(ProviderAdapter):
         if stop_reason == "error" and isinstance(error, dict):
             turn_end["error"] = error
         self._stop = StreamStop(provider, stop_reason, turn_end.get("error"))
-        self._turn_end = self._sourced(turn_end, "end", event)
+        # Named when it is made, at the body's end: an event is named in the order it is made.
+        self._turn_end = (turn_end, event)
         return self._stored_messages()
 
     def _message_update(self, index: int, event: Event, kind: str, update: Event) -> list[Event]:
@@ -272,7 +273,8 @@ class ACPAdapter(ProviderAdapter):
         # what followed it in the body stays in the turn.
         stored = self._stored_messages()
         if self._turn_end is not None:
-            stored.append(self._turn_end)
+            turn_end, raw = self._turn_end
+            stored.append(self._sourced(turn_end, "end", raw))
         return stored
 
 
