@@ -44,6 +44,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from lastword.adapters import ADAPTERS
+from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
@@ -95,14 +96,16 @@ def idempotency_key(request: Request) -> str | None:
 
 
 async def ingest_provider_stream(
-    request: Request, service: RunService, settings: Settings, run_id: str, format: str, end: bool
+    request: Request, service: RunService, settings: Settings, run_id: str, format: str, end: bool,
+    *, acp_version: int | None = None,
 ) -> dict[str, Any]:
     framing = FRAMINGS.get(media_type(request))
     if framing is None:
         raise UnsupportedMedia(
             f"expected application/json, application/x-ndjson or text/event-stream, got {media_type(request)!r}"
         )
-    adapter = ADAPTERS[format](idempotency_key(request))
+    key = idempotency_key(request)
+    adapter = ACPAdapter(key, version=acp_version) if format == ACPAdapter.format else ADAPTERS[format](key)
     limit = settings.max_body_bytes
     with Staging(limit) as staging:
         index = -1
