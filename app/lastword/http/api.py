@@ -327,9 +327,9 @@ async def ingest_provider(
                                        "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
     end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn "
                                            "(provider streams; a CLI's terminal line always does).")] = False,
-    acpVersion: Annotated[int | None, Query(ge=1, le=2, description=(
+    acpVersion: Annotated[int, Query(ge=1, le=2, description=(
         "The ACP version of an `acp` body that holds no `initialize` response (which names it): "
-        "1 (the default) or 2."))] = None,
+        "1 or 2."))] = 1,
 ) -> dict[str, Any]:
     """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
     if format in CLI_ADAPTERS:
