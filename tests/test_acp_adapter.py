@@ -19,6 +19,7 @@ from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.base import Event, StreamStop
 from lastword.errors import InvalidProviderEvent
 from lastword.rules.fold import final_assistant_output
+from lastword.rules.stop_reasons import normalise_stop_reason
 from tests.provider_streams import acp_message, acp_prompt_response, acp_thought, acp_tool_call, acp_tool_call_done
 
 FIXTURES = Path(__file__).parent / "acp_v2" / "fixtures"
@@ -66,14 +67,27 @@ def update_at(events: list[Event], index: int) -> Event:
     return update
 
 
-def refused(events: list[Event], field: str, *, version: int | None = None) -> str:
+def refused(events: list[Event], field: str, says: str) -> None:
+    """The body is refused (422) at its last event, naming ``field`` and saying ``says``."""
     with pytest.raises(InvalidProviderEvent) as caught:
-        read(events, version=version)
-    assert caught.value.extra["field"] == field
-    return str(caught.value.detail)
+        read(events)
+    index = len(events) - 1
+    assert caught.value.extra["field"] == field and caught.value.extra["index"] == index
+    assert caught.value.detail == f"event {index}: {field}: {says} (not an acp stream event)"
 
 
 TEXT = {"type": "text", "text": "The answer is 42."}
+
+
+def _unknown(reason: str) -> str:
+    try:
+        normalise_stop_reason(reason)
+    except ValueError as error:
+        return str(error)
+    raise AssertionError(reason)
+
+
+UNKNOWN_PAUSED = _unknown("paused")
 
 
 # -- v2: the turn ends at the idle state update ----------------------------------------------------
@@ -97,10 +111,10 @@ def test_v2_turn_ends_at_idle_state_update_not_at_the_prompts_acceptance() -> No
 def test_v2_messages_are_stored_at_the_end_with_their_chunks_before() -> None:
     events = recorded("v2-basic")
     made, _ = read(events)
-    assert [(event["delta"], event["eventId"]) for event in of_type(made, "assistant/chunk")] == [
-        ({"type": "reasoning", "text": "Multiply."}, "k:8"),
-        ({"type": "text", "text": "The answer"}, "k:9"),
-        ({"type": "text", "text": " is 42."}, "k:10"),
+    assert [(event["delta"], event["eventId"], event["source"]) for event in of_type(made, "assistant/chunk")] == [
+        ({"type": "reasoning", "text": "Multiply."}, "k:8", {"format": "acp", "events": [events[8]]}),
+        ({"type": "text", "text": "The answer"}, "k:9", {"format": "acp", "events": [events[9]]}),
+        ({"type": "text", "text": " is 42."}, "k:10", {"format": "acp", "events": [events[10]]}),
     ]
     assert made[-2] == {"type": "assistant/message", "eventId": "k:message:0",
                         "message": {"id": "msg-1", "content": [TEXT]},
@@ -193,6 +207,23 @@ def test_v2_tool_call_upserts_carry_the_tool_calls_state() -> None:
     assert [event["eventId"] for event in calls] == ["k:10", "k:11", "k:12", "k:13"]
 
 
+def test_v2_tool_calls_are_kept_apart_by_id_and_chunks_append_in_order() -> None:
+    upserts, background = recorded("v2-upserts"), recorded("v2-background")
+    second_chunk = copy.deepcopy(upserts[12])
+    update_at([second_chunk], 0)["content"]["content"]["text"] = "and 42 again"
+    never_set = copy.deepcopy(upserts[11])
+    update_at([never_set], 0).update({"status": None, "locations": None})
+    body = [*upserts[:11], background[8], upserts[12], second_chunk, never_set, background[12], upserts[-1]]
+    made, _ = read(body)
+    calls = [event["toolCall"] for event in of_type(made, "x-acp-tool-call")]
+    assert [call["toolCallId"] for call in calls] == ["tc-1", "tc-bg", "tc-1", "tc-1", "tc-1", "tc-bg"]
+    assert calls[3]["content"] == [{"type": "content", "content": {"type": "text", "text": "42"}},
+                                   {"type": "content", "content": {"type": "text", "text": "and 42 again"}}]
+    assert "status" not in calls[4] and "locations" not in calls[4] and calls[4]["title"] == "Multiply 6 by 7"
+    assert calls[5] == {"toolCallId": "tc-bg", "name": "subagent", "title": "Research in background",
+                        "status": "completed"}
+
+
 def test_v2_content_other_than_text_idle_without_a_reason_a_custom_reason_and_meta_patches() -> None:
     events = recorded("v2-edge")
     made, stop = read(events)
@@ -271,6 +302,7 @@ def test_v2_updates_after_the_turn_are_kept_and_neither_end_nor_change_it() -> N
                                 "x-acp-state-update", "turn/end"]
     assert made[-1]["source"]["events"] == [events[10]] and made[-1]["eventId"] == "k:end"
     assert made[-4]["update"] == update_at(events, 11) and made[-4]["eventId"] == "k:11"
+    assert made[-4]["source"] == {"format": "acp", "events": [events[11]]}
     assert made[-3]["toolCall"]["status"] == "completed" and made[-3]["toolCall"]["name"] == "subagent"
     assert stop == StreamStop("end_turn", "completed")
     # The background subagent's words are neither a chunk nor a message of the turn.
@@ -302,18 +334,18 @@ def test_v2_a_refused_prompt_and_a_stop_reason_in_a_response_end_nothing() -> No
 
 
 def test_v2_chunk_without_its_message_id_is_refused() -> None:
-    events = recorded("v2-basic")
+    events = recorded("v2-basic")[:10]
     del update_at(events, 9)["messageId"]
-    assert "expected a string" in refused(events, "params.update.messageId")
-    events = recorded("v2-basic")
+    refused(events, "params.update.messageId", "expected a string")
+    events = recorded("v2-basic")[:10]
     update_at(events, 9)["content"] = "The answer"
-    assert "expected an object" in refused(events, "params.update.content")
-    events = recorded("v2-basic")
+    refused(events, "params.update.content", "expected an object")
+    events = recorded("v2-basic")[:10]
     update_at(events, 9)["content"]["text"] = 42
-    refused(events, "params.update.content.text")
-    events = recorded("v2-upserts")
+    refused(events, "params.update.content.text", "expected a string")
+    events = recorded("v2-upserts")[:11]
     del update_at(events, 10)["toolCallId"]
-    refused(events, "params.update.toolCallId")
+    refused(events, "params.update.toolCallId", "expected a string")
 
 
 @pytest.mark.parametrize("name", sorted(path.stem for path in FIXTURES.glob("*.json")))
@@ -324,6 +356,11 @@ def test_without_a_key_every_event_is_named_once_from_the_body(name: str) -> Non
     assert base.startswith("body-") and all(event_id.startswith(f"{base}:") for event_id in ids)
     assert len(set(ids)) == len(ids)
     assert [event["eventId"] for event in read(recorded(name), key=None)[0]] == ids
+
+
+def test_without_a_key_different_bodies_have_different_ids() -> None:
+    bases = {read(recorded(path.stem), key=None)[0][0]["eventId"] for path in FIXTURES.glob("*.json")}
+    assert len(bases) == len(list(FIXTURES.glob("*.json")))
 
 
 # -- which version ---------------------------------------------------------------------------------
@@ -368,7 +405,7 @@ def test_v1_recorded_body_ends_at_the_prompts_response() -> None:
                        "source": {"format": "acp", "events": [events[7]]}}
     assert made[0] == {"type": "x-acp-initialize", "eventId": "k:0", "source": {"format": "acp", "events": [events[0]]}}
     assert final_assistant_output(made) == [{"type": "text", "text": "The answer is 42."}]
-    assert "after the prompt response (event 10)" in refused([*events, events[9]], "id")
+    refused([*events, events[9]], "id", "a message after the prompt response (event 10)")
 
 
 def test_v1_updates_and_their_event_ids() -> None:
@@ -414,10 +451,13 @@ def test_v1_errors_end_the_turn_only_for_the_prompt_in_the_body() -> None:
     assert made[-1] == {"type": "turn/end", "stopReason": "error", "error": error, "eventId": "k:1",
                         "source": {"format": "acp", "events": [{"jsonrpc": "2.0", "id": 2, "error": error}]}}
     assert stop == StreamStop("error", "error", error)
+    refused([prompt, {"jsonrpc": "2.0", "id": 2, "error": error}, acp_message("More")], "id",
+            "a message after the prompt response (event 1)")
     for other in ({"jsonrpc": "2.0", "id": 3, "error": error}, {"jsonrpc": "2.0", "id": None, "error": error},
                   {"jsonrpc": "2.0", "error": error}):
         made, stop = read([prompt, other])
         assert types(made) == ["x-acp-session-prompt", "x-acp-error"] and stop == StreamStop(None, None)
+        assert made[1] == {"type": "x-acp-error", "eventId": "k:1", "source": {"format": "acp", "events": [other]}}
     unnumbered = {**prompt}
     del unnumbered["id"]
     made, stop = read([unnumbered, {"jsonrpc": "2.0", "id": None, "error": error}])
@@ -441,13 +481,12 @@ def test_v1_errors_end_the_turn_only_for_the_prompt_in_the_body() -> None:
         "sessionUpdate": "agent_thought_chunk", "content": {"type": "text"}}}}, "params.update.content.text",
      "expected a string"),
     ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": 3}}, "result.stopReason", "expected a string"),
-    ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "paused"}}, "result.stopReason", "paused"),
+    ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "paused"}}, "result.stopReason", UNKNOWN_PAUSED),
     ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn", "usage": []}}, "result.usage",
      "expected an object"),
-    ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn", "usage": {
-        "inputTokens": 1, "outputTokens": 1, "cachedWriteTokens": -1}}}, "result.usage.cachedWriteTokens",
-     "non-negative"),
+    *[({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn", "usage": {
+        "inputTokens": 1, "outputTokens": 1, key: bad}}}, f"result.usage.{key}", "expected a non-negative integer")
+      for key in ("inputTokens", "outputTokens", "cachedReadTokens", "cachedWriteTokens") for bad in (-1, "1", 1.5)],
 ])
 def test_v1_refusals_name_the_field(event: Event, field: str, says: str) -> None:
-    detail = refused([event], field)
-    assert says in detail and detail.startswith("event 0: ")
+    refused([acp_message("Hi"), event], field, says)

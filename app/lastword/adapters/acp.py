@@ -256,7 +256,7 @@ class ACPAdapter(ProviderAdapter):
             state["content"] = [*state.get("content", []), update.get("content")]
             return dict(state)
         for key, value in update.items():
-            if key in ("sessionUpdate", "toolCallId"):
+            if key == "sessionUpdate":  # (the id, sent again, is the same)
                 continue
             if value is None:
                 state.pop(key, None)
