@@ -328,12 +328,16 @@ async def ingest_provider(
                                        "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
     end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn "
                                            "(provider streams; a CLI's terminal line always does).")] = False,
+    acpVersion: Annotated[int, Query(ge=1, le=2, description=(
+        "The ACP version of an `acp` body that holds no `initialize` response (which names it): "
+        "1 or 2."))] = 1,
 ) -> dict[str, Any]:
     """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
     body = body_of(request)
     if format in CLI_ADAPTERS:
         return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format)).answer()
-    return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end)).answer()
+    return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end,
+                                         acp_version=acpVersion)).answer()
 
 
 @router.post(
