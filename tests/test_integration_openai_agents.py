@@ -17,12 +17,12 @@ import pytest
 
 agents = pytest.importorskip("agents")
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool  # noqa: E402
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, handoff  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from lastword.client.core import AsyncLastwordClient  # noqa: E402
-from lastword.integrations.openai_agents import as_tool, child_run_id  # noqa: E402
+from lastword.integrations.openai_agents import as_tool, child_run_id, stream_events  # noqa: E402
 from tests.cli_children import fake_models  # noqa: E402
 from tests.cli_children.fake_models import SUBAGENT_MARKER, status, text, tool  # noqa: E402
 
@@ -173,3 +173,51 @@ def test_a_cancelled_parent_ends_its_child_cancelled(base_url: str) -> None:
     assert result["stopReason"] == "cancelled"
     assert _texts(result["output"]) == ["Running a long command."]
     assert run["runId"] == child_run_id("oa-cancelled", run["runId"].split(".", 1)[1])
+
+
+async def _handoff(scenario: dict[str, Any], base_url: str | None, run_id: str) -> tuple[Any, BaseException | None]:
+    """A planner that hands the run off to the researcher (a tool call named ``task``, which the
+    fake model calls), streamed alone or through lastword."""
+    with fake_models.start(scenario, "openai-responses") as model:
+        agents_ = Parent(model.url)
+        planner = Agent(name="planner", instructions="Plan.", model=agents_.model,
+                        handoffs=[handoff(agents_.child, tool_name_override="task")])
+        result = Runner.run_streamed(planner, "go")
+        try:
+            if base_url is None:
+                async for _ in result.stream_events():
+                    pass
+            else:
+                async with AsyncLastwordClient(base_url) as lw:
+                    async for _ in stream_events(result, lastword=lw, run_id=run_id):
+                        pass
+        except Exception as error:
+            return result.final_output, error
+        return result.final_output, None
+
+
+def _handed_off(scenario: dict[str, Any], base_url: str, run_id: str) -> tuple[Any, BaseException | None]:
+    alone_output, alone_error = asyncio.run(_handoff(scenario, None, run_id))
+    output, error = asyncio.run(_handoff(scenario, base_url, run_id))
+    assert (output, type(error)) == (alone_output, type(alone_error))
+    return output, error
+
+
+def test_a_handoff_puts_the_agent_handed_to_into_a_child_run(base_url: str) -> None:
+    scenario = {"main": [tool("subagent", text_before="Handing over."), text("Hello from the agent handed to.")]}
+    output, error = _handed_off(scenario, base_url, "oa-handoff")
+    assert (output, error) == ("Hello from the agent handed to.", None)
+    parent = httpx.get(f"{base_url}/v1/runs/oa-handoff/result", timeout=30).json()
+    assert (parent["stopReason"], _texts(parent["output"])) == ("completed", ["Handing over."])
+    run, result = _child(base_url, "oa-handoff")
+    assert (result["stopReason"], _texts(result["output"])) == ("completed", ["Hello from the agent handed to."])
+
+
+def test_an_agent_handed_to_and_cut_at_the_ceiling_keeps_its_partial_text(base_url: str) -> None:
+    scenario = {"main": [tool("subagent", text_before="Handing over."),
+                         text("The agent handed to is cut at the ceil", stop="max_tokens")]}
+    output, error = _handed_off(scenario, base_url, "oa-handoff-cut")
+    assert output is None and error is not None  # the SDK raises on the cut response
+    run, result = _child(base_url, "oa-handoff-cut")
+    assert result["stopReason"] == "max_tokens"
+    assert _texts(result["output"]) == ["The agent handed to is cut at the ceil"]

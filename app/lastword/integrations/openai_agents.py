@@ -9,6 +9,11 @@
                               tool_name="research", tool_description="Research a question")
     planner = Agent(name="planner", tools=[researcher_tool], ...)
 
+A handoff hands the run itself to another agent: iterate ``stream_events(result, lastword=lw,
+run_id="plan-1")`` in place of ``result.stream_events()`` (``result`` from ``Runner.run_streamed``)
+and the starting agent's part goes into ``plan-1``, the part of the agent it handed off to into
+``plan-1.{call_id}`` (the handoff's function call id), and so on down a chain of handoffs.
+
 Each call of the tool is a child run ``{parent_run_id}.{call_id}`` (``call_id``: the parent
 model's function call id; ``agent``: the child agent's name). The child agent's run is streamed
 into it through the SDK's public ``on_stream`` callback of ``Agent.as_tool`` as it happens, over
@@ -31,17 +36,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, MaxTurnsExceeded
+from agents import Agent, FunctionTool, MaxTurnsExceeded, RunResultStreaming, StreamEvent
 from agents.tool import default_tool_error_function
 
 from lastword.client.core import AsyncLastwordClient
 from lastword.client.stream_pusher import AsyncStreamPusher
 from lastword.integrations.agents_events import AgentRunEvents
 
-__all__ = ["as_tool", "child_run_id"]
+__all__ = ["as_tool", "child_run_id", "stream_events"]
 
 logger = logging.getLogger("lastword.integrations")
 
@@ -86,7 +91,7 @@ class _Child:
             logger.warning("lastword: run %s could not be ended %s: %r", self.run_id, stop_reason, trouble)
 
     async def end_after(self, raised: BaseException) -> None:
-        cancelled = isinstance(raised, asyncio.CancelledError) or isinstance(
+        cancelled = isinstance(raised, (asyncio.CancelledError, GeneratorExit)) or isinstance(
             getattr(raised, "cancelled_error", None), asyncio.CancelledError)
         if cancelled:
             await self.end("cancelled")
@@ -118,6 +123,15 @@ class _Children:
         child = _Child(self._lastword, run_id, self._lastword.stream_pusher(run_id))
         self._by_call[call_id] = child
         return child
+
+    async def open(self, run_id: str, parent_run_id: str | None, agent: str | None) -> _Child | None:
+        """A run of its own for one part of a streamed run (a handoff's target)."""
+        try:
+            await self._lastword.create_run(run_id, parent_run_id=parent_run_id, agent=agent)
+        except Exception as trouble:
+            logger.warning("lastword: run %s could not be created: %r", run_id, trouble)
+            return None
+        return _Child(self._lastword, run_id, self._lastword.stream_pusher(run_id))
 
     def on_stream(self, theirs: Callable[[Any], Any] | None) -> Callable[[Any], Awaitable[None]]:
         async def on_stream(payload: Any) -> None:
@@ -177,3 +191,35 @@ def as_tool(
 
     tool.on_invoke_tool = invoke
     return tool
+
+
+async def stream_events(result: RunResultStreaming, *, lastword: AsyncLastwordClient, run_id: str,
+                        agent: str | None = None) -> AsyncIterator[StreamEvent]:
+    """``result.stream_events()``, unchanged, with the run's parts streamed into lastword: the
+    starting agent's into ``run_id`` (created), each agent handed off to into a child run
+    ``{run_id}.{call_id}`` of the one that handed off. Every part's turn ends when the SDK's run
+    does, as the run ended (see the module's docstring); the agents before a handoff end
+    ``completed``, their part being done."""
+    parts = _Children(lastword, run_id, agent or result.current_agent.name)
+    current = await parts.open(run_id, None, agent or result.current_agent.name)
+    try:
+        async for event in result.stream_events():
+            if current is not None:
+                current.take(event)
+            item = getattr(event, "item", None)
+            if getattr(event, "name", None) == "handoff_occured" and item is not None:
+                call_id = getattr(getattr(item, "raw_item", None), "call_id", None)
+                if call_id is None and isinstance(getattr(item, "raw_item", None), dict):
+                    call_id = item.raw_item.get("call_id")
+                parent = current.run_id if current is not None else run_id
+                if current is not None:
+                    await current.end(current.events.last_stop or "completed")
+                current = await parts.open(child_run_id(parent, str(call_id)), parent,
+                                           getattr(getattr(item, "target_agent", None), "name", None))
+            yield event
+    except BaseException as raised:
+        if current is not None:
+            await current.end_after(raised)
+        raise
+    if current is not None:
+        await current.end(current.events.last_stop or "completed")
