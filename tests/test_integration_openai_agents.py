@@ -17,7 +17,7 @@ import pytest
 
 agents = pytest.importorskip("agents")
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, handoff  # noqa: E402
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, handoff, set_tracing_disabled  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -27,6 +27,9 @@ from tests.cli_children import fake_models  # noqa: E402
 from tests.cli_children.fake_models import SUBAGENT_MARKER, status, text, tool  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+# The SDK's traces would go to OpenAI's servers: no network here.
+set_tracing_disabled(True)
 
 PARENT_ANSWER = "The child has answered."
 
