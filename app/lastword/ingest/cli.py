@@ -43,8 +43,10 @@ async def ingest_cli_stream(
     run = await service.get_run(run_id)  # 404 before reading a byte
     adapter = CLI_ADAPTERS[format]()
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
-    lines = json_lines(body_pieces(body, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
-        else json_array(body_pieces(body, settings.max_body_bytes))
+    # A child streams its whole run through one body: NDJSON is held to a line limit, never a
+    # total (a JSON array is read whole, so it keeps the body limit).
+    lines = json_lines(body_pieces(body, None), noun="line", max_line=settings.max_line_bytes) \
+        if kind in NDJSON_TYPES else json_array(body_pieces(body, settings.max_body_bytes))
     try:
         async for batch in lines:
             for index, line in batch:
