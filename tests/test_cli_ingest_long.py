@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from tests.api_helpers import assert_problem, logged, result, serving
@@ -108,3 +109,13 @@ def test_a_line_over_the_line_limit_is_refused_naming_it(short_lines: httpx.Clie
     assert "line 2" in problem["detail"]
     assert api.get(f"/v1/runs/{run_id}").json()["status"] == "running"
     assert all(item["event"]["type"] != "turn/end" for item in logged(api, run_id))
+
+
+def test_what_the_lines_before_a_too_long_line_assembled_is_stored(short_lines: httpx.Client) -> None:
+    """The step being built when its tool call's line is refused keeps its text (SPEC §16a)."""
+    api = short_lines
+    run_id = create_run(api)
+    response = api.post(f"/v1/runs/{run_id}/ingest/opencode", content=LONG_LINE, headers=NDJSON)
+    assert_problem(response, 413, "line_too_large")
+    said = orjson.loads(LONG_LINE.splitlines()[1])["part"]["text"]
+    assert result(api, run_id)["output"] == [text(said)]
