@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lastword.adapters.framing import body_lines, json_lines
-from lastword.errors import LineTooLarge
+from lastword.errors import LineTooLarge, MalformedJson, Unprocessable
 from lastword.rules.exact_ints import may_hold_inexact
 
 # Lines of a few kinds: blank, short, long, with a run of 19 digits (which a cut may split).
@@ -92,9 +92,10 @@ def test_an_unfinished_line_is_refused_as_soon_as_it_passes_the_limit() -> None:
 
     async def collect() -> list[bytes]:
         lines: list[bytes] = []
-        with pytest.raises(LineTooLarge):
+        with pytest.raises(LineTooLarge) as refused:
             async for batch, _ in body_lines(pieces(), 10):
                 lines.extend(batch)
+        assert refused.value.detail == "a line is longer than 10 bytes"
         return lines
 
     assert asyncio.run(collect()) == [b'{"a": 1}']
@@ -115,3 +116,34 @@ def test_json_lines_name_the_line_over_the_limit() -> None:
         return values
 
     assert asyncio.run(collect()) == [(0, {"a": 1}), (1, {"b": 2})]
+
+
+def values(body: bytes, **options: str) -> tuple[list[tuple[int, object]], Exception | None]:
+    async def pieces() -> AsyncIterator[bytes]:
+        yield body
+
+    async def collect() -> tuple[list[tuple[int, object]], Exception | None]:
+        got: list[tuple[int, object]] = []
+        try:
+            async for batch in json_lines(pieces(), **options):
+                got.extend(batch)
+        except (MalformedJson, Unprocessable) as error:
+            return got, error
+        return got, None
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.parametrize("noun", [None, "line"])
+def test_json_lines_name_a_line_that_is_not_json(noun: str | None) -> None:
+    got, problem = values(b'{"a": 1}\n\n{oops\n{"b": 2}\n', **({} if noun is None else {"noun": noun}))
+    assert got == [(0, {"a": 1})]
+    assert isinstance(problem, MalformedJson) and problem.extra == {"index": 1}
+    assert problem.detail.startswith(f"{noun or 'event'} 1 is not valid JSON")
+
+
+def test_json_lines_refuse_an_inexact_integer_naming_its_line() -> None:
+    got, problem = values(b'{"a": 1}\n{"n": 123456789012345678901234}\n')
+    assert got == [(0, {"a": 1})]
+    assert isinstance(problem, Unprocessable) and problem.code == "number_out_of_range"
+    assert problem.extra["index"] == 1
