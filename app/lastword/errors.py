@@ -231,6 +231,10 @@ class EventTooLarge(PayloadTooLarge):
     code = "event_too_large"
 
 
+class LineTooLarge(PayloadTooLarge):
+    code = "line_too_large"
+
+
 class UnsupportedMedia(LastwordError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
 
