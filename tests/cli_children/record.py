@@ -86,7 +86,7 @@ def _base_env(tmp: Path) -> dict[str, Any]:
     }
 
 
-def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any], scenario: str) -> list[str]:
+def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any], scenario: str = "") -> list[str]:
     env.update({
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": "fake",

@@ -11,6 +11,9 @@ and a line may make events for a *child* run (a subagent the CLI ran inside the 
 ``eventId``s come from the CLI's own ids (a line's ``uuid``, a message id, an item or part id);
 a line without an id of its own gets the session's id, its type and its position among the
 body's lines of that type. Either way a body sent again from its start stores nothing twice.
+A CLI continuing its session in a later turn of the run (``codex exec resume``, ``claude
+--resume``) prints ids of that session again (Codex restarts its items at ``item_0``), so the
+eventIds of turn ``n`` ≥ 2 start with ``turn<n>:``; turn 1's are the CLI's own.
 """
 
 from __future__ import annotations
@@ -45,19 +48,34 @@ class CliAdapter(abc.ABC):
     #: The ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}``.
     format: ClassVar[str]
 
-    def __init__(self) -> None:
+    def __init__(self, turn: int = 1) -> None:
         #: Lines read so far.
         self.lines_read = 0
         self._stop = StreamStop(None, None)
         self._positions: Counter[str] = Counter()
+        self._turn = "" if turn == 1 else f"turn{turn}:"
 
-    @abc.abstractmethod
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""
+        return self._of_turn(self.read(index, line))
 
     def finish(self) -> list[Made]:
         """What the end of the body completes (a message still being assembled)."""
+        return self._of_turn(self.end())
+
+    @abc.abstractmethod
+    def read(self, index: int, line: Event) -> list[Made]:
+        """:meth:`feed`, with the eventIds of turn 1."""
+
+    def end(self) -> list[Made]:
+        """:meth:`finish`, with the eventIds of turn 1."""
         return []
+
+    def _of_turn(self, made: list[Made]) -> list[Made]:
+        if self._turn:
+            for item in made:
+                item.event["eventId"] = self._turn + item.event["eventId"]
+        return made
 
     @property
     def stop(self) -> StreamStop:
