@@ -19,11 +19,17 @@ A reply followed by the next one with only nudges and system lines in between wa
 ceiling (``stopReason: "max_tokens"``), so ``selection.joinContinuations`` answers it whole.
 The CLI's own messages are never output: they are stored empty, their text as the ``error``.
 
+A ``tool_use`` the ceiling cut is printed with ``input.__unparsedToolInput`` (and run, and
+answered with an error): it is the model's unfinished call, not output. It stays in its
+message's ``source``, out of its content, and the message is ``max_tokens``.
+
 Lines with ``parent_tool_use_id`` belong to a subagent the CLI ran through its ``Agent``
 (``Task``) tool: they go to the child run ``{runId}.{tool_use_id}``. A foreground subagent
-ends with the parent's tool result for its call (its output: ``tool_use_result.content``); a
-backgrounded one answers that call at once (``async_launched``) and ends at its
-``system/task_notification``.
+ends with the parent's tool result for its call (its output: ``tool_use_result.content`` when
+the line holds that one result, else the result block's own content); a backgrounded one
+answers that call at once (``async_launched``) and ends at its ``system/task_notification``,
+whose ``usage.total_tokens`` completes the child's usage. A subagent line printed after its
+child ended is kept on the run as ``x-claude-code-late-subagent``.
 
 Stream events that add nothing to what the ``assistant`` lines hold (block starts and stops,
 tool-input and signature deltas) are read and not stored; ``message_start``/``message_delta``

@@ -4,7 +4,11 @@ Codex prints ``thread.started`` → ``turn.started`` → items → ``turn.comple
 usage) or ``turn.failed``; an item is printed whole by ``item.completed`` (no text deltas), and
 retries and failures are top-level ``error`` lines.
 
-* ``item.completed`` of an ``agent_message`` → ``assistant/message`` holding its text.
+* ``item.completed`` of an ``agent_message`` → ``assistant/message`` holding its text, stored at
+  the next line; its text is streamed at once as an ``assistant/chunk`` (``…:chunk``). When that
+  next line is the ``item.started`` of a ``command_execution``/``mcp_tool_call``, the call is the
+  same response's (Codex prints a response's text and its call as two items), so the message
+  holds the text then the call, and the call's ``item.completed`` gives only its ``tool/result``.
 * A ``reasoning`` item is held and becomes a ``reasoning`` block placed first in the next
   ``agent_message``'s message. One that no ``agent_message`` follows before the turn's end (a
   ``turn.completed``/``turn.failed`` line, or the end of the body) is kept as
@@ -35,9 +39,10 @@ retries and failures are top-level ``error`` lines.
   ``thread.started`` and ``turn.started`` → ``x-codex-thread.started``/``x-codex-turn.started``
   (small, and the only record of the thread id); any other line kind → ``x-codex-<type>``.
 
-``item.started`` and ``item.updated`` are skipped: they announce an item that ``item.completed``
-then holds whole, so keeping them would store every command twice. An item started but never
-completed (the child was killed mid-command) therefore leaves no event.
+``item.started`` and ``item.updated`` are otherwise skipped: they announce an item that
+``item.completed`` then holds whole, so keeping them would store every command twice. An item
+started but never completed (the child was killed mid-command) therefore leaves no event, unless
+its start joined the agent message before it.
 
 Event ids: ``<thread_id>:<item id>`` for an item's event, ``…:result`` for its ``tool/result``;
 a line without an id of its own gets ``<thread_id>:<type>:<position among that type>``, and the
