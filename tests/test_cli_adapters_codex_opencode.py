@@ -360,6 +360,28 @@ def test_codex_text_not_followed_by_a_call_start_is_its_own_message(after: Event
         assert events[2]["message"]["content"][0]["name"] == "shell"
 
 
+def test_codex_a_call_joined_to_the_text_before_it_keeps_its_outcome() -> None:
+    """Its completion's exit code makes the result an error, and a bad one is refused by index."""
+    failed = {**COMMAND, "exit_code": 2}
+    events, _ = translate(CodexAdapter(), [agent_message("item_0", "t"), started(failed),
+                                           {"type": "item.completed", "item": failed}])
+    assert events[-1]["type"] == RESULT and events[-1]["isError"] is True
+    with pytest.raises(NotTheFormat) as refused:
+        translate(CodexAdapter(), [agent_message("item_0", "t"), started(COMMAND),
+                                   {"type": "item.completed", "item": {**COMMAND, "exit_code": "0"}}])
+    assert refused.value.extra["index"] == 2 and "item.exit_code" in str(refused.value)
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ({"type": "item.started"}, "item"),
+    ({"type": "item.started", "item": {"type": "command_execution", "command": "ls"}}, "item.id"),
+])
+def test_codex_an_unreadable_start_after_a_text_is_refused_by_its_index(line: Event, field: str) -> None:
+    with pytest.raises(NotTheFormat) as refused:
+        translate(CodexAdapter(), [{"type": "thread.started", "thread_id": "t"}, agent_message("item_0", "t"), line])
+    assert refused.value.extra["index"] == 2 and f"{field}:" in str(refused.value)
+
+
 def test_codex_text_at_the_end_of_the_body_is_stored() -> None:
     events, _ = translate(CodexAdapter(), [agent_message("item_0", "last words")])
     assert [event["type"] for event in events] == [CHUNK, MESSAGE]

@@ -139,19 +139,18 @@ class CodexAdapter(CliAdapter):
             return [self._result(item_id, content, is_error, event_id, [line])]
         if kind in CALLS:
             content, is_error = self._outcome(index, kind, item)
-            return [self._message([self._call(index, kind, item, item_id)], event_id, [line]),
+            return [self._message([self._call(kind, item, item_id)], event_id, [line]),
                     self._result(item_id, content, is_error, event_id)]
         return [self.extension(kind, event_id, line)]
 
-    def _call(self, index: int, kind: str, item: dict[str, Any], item_id: str) -> dict[str, Any]:
-        """The ``tool_call`` block of a ``command_execution`` or ``mcp_tool_call`` item."""
+    @staticmethod
+    def _call(kind: str, item: dict[str, Any], item_id: str) -> dict[str, Any]:
+        """The ``tool_call`` block of a ``command_execution`` or ``mcp_tool_call`` item whose
+        names (``command``; ``server`` and ``tool``) were found to be strings."""
         if kind == "command_execution":
-            command = self.need(index, item, "command", str, "item.")
-            return {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": command}}
-        server = self.need(index, item, "server", str, "item.")
-        tool = self.need(index, item, "tool", str, "item.")
+            return {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": item["command"]}}
         arguments = item.get("arguments")
-        return {"type": "tool_call", "id": item_id, "name": f"{server}__{tool}",
+        return {"type": "tool_call", "id": item_id, "name": f"{item['server']}__{item['tool']}",
                 "input": arguments if isinstance(arguments, dict) else {"arguments": arguments}}
 
     def _outcome(self, index: int, kind: str, item: dict[str, Any]) -> tuple[Any, bool]:
@@ -178,7 +177,7 @@ class CodexAdapter(CliAdapter):
         named = ("command",) if kind == "command_execution" else ("server", "tool")
         if kind not in CALLS or not all(isinstance(item.get(key), str) for key in named):
             return None  # an announcement is not checked: its item.completed is
-        call = self._call(index, kind, item, item_id)
+        call = self._call(kind, item, item_id)
         assert self._held is not None
         blocks, raw, event_id = self._held
         self._held = None
