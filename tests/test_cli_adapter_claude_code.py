@@ -759,11 +759,18 @@ def test_a_backgrounded_subagents_notification_total_completes_its_usage() -> No
     runs = by_run(run(lines)[0])
     assert turn_usage(runs["call_a"]) == usage(50, 6)
     usage_only = [event for event in runs["call_a"] if event["eventId"] == "tn:usage"]
-    assert usage_only[0]["message"] == {"content": [], "usage": {"inputTokens": 0, "outputTokens": 5}}
+    assert usage_only == [{"type": MESSAGE, "eventId": "tn:usage",
+                           "message": {"content": [], "usage": {"inputTokens": 0, "outputTokens": 5}},
+                           "source": {"format": "claude-code", "events": [lines[3]]}}]
+    notification = system("task_notification", "tn", tool_use_id="call_a", status="completed",
+                          usage={"total_tokens": 52})
+    assert turn_usage(by_run(run([*lines[:3], notification])[0])["call_a"]) == usage(50, 2)
     for total in (51, 40, "56", None):
         notification = system("task_notification", "tn", tool_use_id="call_a", status="completed",
                               usage={"total_tokens": total})
-        assert turn_usage(by_run(run([*lines[:3], notification])[0])["call_a"]) == usage(50, 1), total
+        child = by_run(run([*lines[:3], notification])[0])["call_a"]
+        assert turn_usage(child) == usage(50, 1), total
+        assert not any(event["eventId"] == "tn:usage" for event in child), total
 
 
 def foreground(call_id: str, block: Event, tool_use_result: Any = None, uuid: str = "t1") -> Event:

@@ -416,7 +416,6 @@ class ClaudeCodeAdapter(CliAdapter):
         missing = total - sum(child.usage.values())
         if missing <= 0:
             return []
-        child.usage["outputTokens"] = child.usage.get("outputTokens", 0) + missing
         return [self._made({"type": "assistant/message", "eventId": f"{event_id}:usage",
                             "message": {"content": [], "usage": {"inputTokens": 0, "outputTokens": missing}},
                             "source": self.source([line])}, child)]
