@@ -39,7 +39,8 @@ def lines_of(mode: str, scenario: str) -> list[Event]:
 
 
 def scenarios(mode: str) -> list[str]:
-    return sorted(path.stem for path in (FIXTURES / mode).glob("*.ndjson"))
+    """The recorded scenarios (a resumed session's second turn, ``<scenario>.turn2``, is its own)."""
+    return sorted(path.stem for path in (FIXTURES / mode).glob("*.ndjson") if "." not in path.stem)
 
 
 def run(lines: list[Event], adapter: ClaudeCodeAdapter | None = None) -> tuple[list[Made], StreamStop]:
@@ -195,6 +196,16 @@ EXPECTED: dict[str, tuple[list[Event], list[Event], str, str | None, str | None]
                                  [text("Let me run a command first."), TOOL], "completed", None, None),
     "tool_then_empty_max_tokens": ([TOOL], [TOOL], "max_tokens", "max_output_tokens",
                                    "API Error: Claude's response exceeded the 32000 output token maximum."),
+    # The CLI prints the call the ceiling cut (its input an __unparsedToolInput), runs it and answers
+    # result: "" after the empty replies; the text before the cut call is the child's last word.
+    "tool_cut_at_ceiling": ([text("I will check with a command.")], [text("I will check with a command.")],
+                            "completed", None, None),
+    # The same cut call with --max-turns 1: error_max_turns, its errors[] text the turn's error.
+    "tool_cut_max_turns": ([text("I will check with a command.")], [text("I will check with a command.")],
+                           "max_turns", "error_max_turns", "Reached maximum number of turns (1)"),
+    # The first invocation of a resumed session (its second is resume.turn2, below).
+    "resume": ([text("First turn: the answer is 42.")], [text("First turn: the answer is 42.")],
+               "completed", None, None),
 }
 PARTIAL_OUTPUT = {"sse_error_mid_stream": [text("The stream starts and then")]}
 
@@ -221,7 +232,7 @@ def test_fixture_translation(mode: str, scenario: str) -> None:
     events = parent(made)
     assert without_ids(final_assistant_output(events)) == output
     assert without_ids(final_assistant_output(events, join_continuations=True)) == joined
-    assert stop.provider == "success" and stop.stop_reason == stop_reason
+    assert stop.provider == lines[-1]["subtype"] and stop.stop_reason == stop_reason
     assert [event["stopReason"] for event in events if event["type"] == END] == [stop_reason]
     assert events[-1]["type"] == END
     if error_type is None:
@@ -255,6 +266,44 @@ def test_fixture_subagent_is_a_child(mode: str, scenario: str) -> None:
     assert child[-1]["type"] == END and child[-1]["stopReason"] == "completed"
     assert final_assistant_output(child) == [text("Hello from the subagent.")]
     assert types(child).count(END) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("scenario", ["tool_cut_at_ceiling", "tool_cut_max_turns"])
+def test_fixture_a_call_cut_by_the_ceiling_is_not_output(mode: str, scenario: str) -> None:
+    """The cut call stays in its message's source, out of its content; the message is max_tokens."""
+    lines = lines_of(mode, scenario)
+    cut = next(line for line in lines if line["type"] == "assistant"
+               and any("__unparsedToolInput" in block.get("input", {}) for block in line["message"]["content"]))
+    made, _ = run(lines)
+    message = next(event for event in parent(made) if event["type"] == MESSAGE
+                   and event["eventId"] == cut["message"]["id"])
+    assert message["message"]["content"] == [text("I will check with a command.")]
+    assert message["message"]["stopReason"] == "max_tokens"
+    assert cut in message["source"]["events"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fixture_a_backgrounded_subagents_usage_is_the_notifications(mode: str) -> None:
+    """The child's usage sums to the total its task notification reports."""
+    lines = lines_of(mode, "subagent")
+    notification = next(line for line in lines if line.get("subtype") == "task_notification")
+    made, _ = run(lines)
+    child = [item.event for item in made if item.child is not None]
+    assert sum(turn_usage(child).values()) == notification["usage"]["total_tokens"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fixture_a_resumed_sessions_second_turn_has_its_own_ids(mode: str) -> None:
+    """Fed as the run's turn 2, the second invocation's events share no eventId with the first's."""
+    first, _ = run(lines_of(mode, "resume"))
+    second, stop = run(lines_of(mode, "resume.turn2"), ClaudeCodeAdapter(turn=2))
+    ids = {item.event["eventId"] for item in first}
+    assert not ids & {item.event["eventId"] for item in second}
+    assert final_assistant_output(parent(second)) == [text("Second turn: still 42.")]
+    assert stop.stop_reason == "completed"
+    # The first turn's ids are the CLI's own, as before: a body of turn 1 sent again dedupes.
+    assert first == run(lines_of(mode, "resume"), ClaudeCodeAdapter(turn=1))[0]
 
 
 def test_fixture_foreground_subagent_ends_at_its_tool_result() -> None:
@@ -552,6 +601,10 @@ def test_message_delta_usage_without_an_earlier_usage_is_whole() -> None:
     ([], result(), "completed", None),
     ([], result(stop_reason="end_turn", result="fine"), "completed", None),
     ([], result(subtype="error_max_turns", is_error=True), "max_turns", None),
+    ([], result(subtype="error_max_turns", is_error=True, errors=[7, "Reached maximum number of turns (1)", "and"]),
+     "max_turns", {"type": "error_max_turns", "message": "Reached maximum number of turns (1)\nand"}),
+    ([], result(subtype="error_max_turns", is_error=True, errors=[7]), "max_turns", None),
+    ([], result(subtype="error_max_turns", is_error=True, errors="Reached"), "max_turns", None),
     ([], result(stop_reason="max_tokens"), "max_tokens", None),
     ([synthetic("m9", "API Error: ceiling", "max_output_tokens")], result(is_error=True), "max_tokens",
      {"type": "max_output_tokens", "message": "API Error: ceiling"}),
@@ -663,6 +716,62 @@ def test_a_subagents_replies_do_not_count_against_the_parents_total() -> None:
 
 
 # -- subagents ---------------------------------------------------------------------------------------------
+
+def test_two_results_in_one_line_end_each_child_with_its_own_content() -> None:
+    """Each tool_result block ends its own child with its own content; the line-level
+    tool_use_result (one result's) is given to neither."""
+    line = user([tool_result("call_a", "report A"), tool_result("call_b", "report B")], "t1",
+                tool_use_result={"status": "completed", "content": [text("report A")], "usage": cli_usage(9, 9)})
+    made, _ = run([assistant("m1", agent_call("call_a"), agent_call("call_b")),
+                   assistant("s1", text("working"), parent_id="call_a"),
+                   assistant("s2", text("working too"), parent_id="call_b"), line])
+    runs = by_run(made)
+    for call, report in (("call_a", "report A"), ("call_b", "report B")):
+        assert final_assistant_output(runs[call]) == [text(report)]
+        assert types(runs[call])[-1] == END and types(runs[call]).count(END) == 1
+        assert all("usage" not in event.get("message", {}) for event in runs[call])
+    output_ids = [event["eventId"] for events in runs.values() for event in events if event["type"] == MESSAGE]
+    assert "t1:0:output" in output_ids and "t1:1:output" in output_ids
+
+
+def test_a_subagent_line_after_its_child_ended_is_kept_on_the_parent() -> None:
+    """Never sent to the ended child (whose run refuses it): kept as x-claude-code-late-subagent."""
+    late = [assistant("s9", text("late"), uuid="late1", parent_id="call_a"),
+            stream({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
+                   "late2", parent_id="call_a"),
+            user("late words", "late3", parent_id="call_a")]
+    made, _ = run([assistant("m1", agent_call("call_a")), assistant("s1", text("hi"), parent_id="call_a"),
+                   foreground("call_a", tool_result("call_a", "done")), *late, result()])
+    runs = by_run(made)
+    assert types(runs["call_a"])[-1] == END
+    kept = [event for event in runs[None] if event["type"] == "x-claude-code-late-subagent"]
+    assert [event["eventId"] for event in kept] == ["late1", "late2", "late3"]
+    assert [event["source"]["events"] for event in kept] == [[line] for line in late]
+
+
+def test_a_backgrounded_subagents_notification_total_completes_its_usage() -> None:
+    """The notification's total_tokens less what the child's replies carried comes as output."""
+    lines = [assistant("m1", agent_call("call_a")),
+             foreground("call_a", tool_result("call_a", "launched"), {"status": "async_launched"}),
+             assistant("s1", text("hi"), parent_id="call_a", usage=cli_usage(50, 1)),
+             system("task_notification", "tn", tool_use_id="call_a", status="completed",
+                    usage={"total_tokens": 56, "tool_uses": 0})]
+    runs = by_run(run(lines)[0])
+    assert turn_usage(runs["call_a"]) == usage(50, 6)
+    usage_only = [event for event in runs["call_a"] if event["eventId"] == "tn:usage"]
+    assert usage_only == [{"type": MESSAGE, "eventId": "tn:usage",
+                           "message": {"content": [], "usage": {"inputTokens": 0, "outputTokens": 5}},
+                           "source": {"format": "claude-code", "events": [lines[3]]}}]
+    notification = system("task_notification", "tn", tool_use_id="call_a", status="completed",
+                          usage={"total_tokens": 52})
+    assert turn_usage(by_run(run([*lines[:3], notification])[0])["call_a"]) == usage(50, 2)
+    for total in (51, 40, "56", None):
+        notification = system("task_notification", "tn", tool_use_id="call_a", status="completed",
+                              usage={"total_tokens": total})
+        child = by_run(run([*lines[:3], notification])[0])["call_a"]
+        assert turn_usage(child) == usage(50, 1), total
+        assert not any(event["eventId"] == "tn:usage" for event in child), total
+
 
 def foreground(call_id: str, block: Event, tool_use_result: Any = None, uuid: str = "t1") -> Event:
     line = user([block], uuid)

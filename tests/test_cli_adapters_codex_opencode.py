@@ -65,34 +65,41 @@ def bash(call_id: str) -> dict[str, Any]:
 
 
 ECHO = "/bin/bash -lc 'echo hi'"
-MESSAGE, RESULT, END = "assistant/message", "tool/result", "turn/end"
+MESSAGE, RESULT, END, CHUNK = "assistant/message", "tool/result", "turn/end", "assistant/chunk"
 THREAD, TURN, ERROR = "x-codex-thread.started", "x-codex-turn.started", "x-codex-error"
 
 # scenario: (event types, selected output, stop reason, providerStopReason, turn usage)
 CODEX: dict[str, tuple[list[str], list[dict[str, Any]], str, str, dict[str, int]]] = {
-    "completion": ([THREAD, TURN, MESSAGE, MESSAGE, END],
+    "completion": ([THREAD, TURN, CHUNK, MESSAGE, MESSAGE, END],
                    text("Hello from the fake model. The answer is 42."), "completed", "turn.completed",
                    usage(9623, 11)),
     # Codex neither continues nor retries a cut reply: the partial text is the answer.
-    "max_tokens_partial": ([THREAD, TURN, MESSAGE, ERROR, END],
+    "max_tokens_partial": ([THREAD, TURN, CHUNK, MESSAGE, ERROR, END],
                            text("This answer is cut off at the token ceil"), "max_tokens", "turn.failed",
                            usage(0, 0)),
-    "continued_after_ceiling": ([THREAD, TURN, MESSAGE, ERROR, END],
+    "continued_after_ceiling": ([THREAD, TURN, CHUNK, MESSAGE, ERROR, END],
                                 text("Part one of a long answer, cut"), "max_tokens", "turn.failed", usage(0, 0)),
     # Nothing but a command before the ceiling: the tool-call message is the last substantive one.
     "tool_then_empty_max_tokens": ([THREAD, TURN, MESSAGE, RESULT, ERROR, END],
                                    shell("item_0", ECHO), "max_tokens", "turn.failed", usage(0, 0)),
-    # Codex prints the text and the command of one reply as two items, so two messages: the
-    # command's is the later substantive one (Codex's own last agent_message is the text).
-    "tool_then_empty_end_turn": ([THREAD, TURN, MESSAGE, MESSAGE, RESULT, MESSAGE, END],
-                                 shell("item_1", ECHO), "completed", "turn.completed", usage(19427, 7)),
-    "codex_shell_then_final": ([THREAD, TURN, MESSAGE, RESULT, MESSAGE, MESSAGE, END],
+    # Codex prints the text and the command of one reply as two items, the command's starting on
+    # the next line: one message, text then call (Codex's own last agent_message is the text).
+    "tool_then_empty_end_turn": ([THREAD, TURN, CHUNK, MESSAGE, RESULT, MESSAGE, END],
+                                 [*text("Let me run a command first."), *shell("item_1", ECHO)], "completed",
+                                 "turn.completed", usage(19427, 7)),
+    "text_then_command": ([THREAD, TURN, CHUNK, MESSAGE, RESULT, CHUNK, MESSAGE, MESSAGE, END],
+                          text("The file says hi."), "completed", "turn.completed", usage(19415, 9)),
+    "codex_shell_then_final": ([THREAD, TURN, MESSAGE, RESULT, CHUNK, MESSAGE, MESSAGE, END],
                                text("The command printed hi."), "completed", "turn.completed", usage(19374, 6)),
     # The retry's repeat is stored again under its new item id and selects the same text.
-    "codex_retry_repeat": ([THREAD, TURN, MESSAGE, ERROR, MESSAGE, MESSAGE, END],
+    "codex_retry_repeat": ([THREAD, TURN, CHUNK, MESSAGE, ERROR, CHUNK, MESSAGE, MESSAGE, END],
                            text("This message is sent twice."), "completed", "turn.completed", usage(9679, 6)),
-    "http_500_mid_run": ([THREAD, TURN, MESSAGE, MESSAGE, RESULT, ERROR, ERROR, END],
-                         shell("item_1", ECHO), "error", "turn.failed", usage(0, 0)),
+    "http_500_mid_run": ([THREAD, TURN, CHUNK, MESSAGE, RESULT, ERROR, ERROR, END],
+                         [*text("Running a command before the outage."), *shell("item_1", ECHO)], "error",
+                         "turn.failed", usage(0, 0)),
+    # The first invocation of a resumed session (its second is resume.turn2, below).
+    "resume": ([THREAD, TURN, CHUNK, MESSAGE, MESSAGE, END], text("First turn: the answer is 42."), "completed",
+               "turn.completed", usage(9620, 7)),
     "sse_error_mid_stream": ([THREAD, TURN, ERROR, ERROR, END], [], "error", "turn.failed", usage(0, 0)),
     "sse_failed_mid_stream": ([THREAD, TURN, ERROR, ERROR, END], [], "error", "turn.failed", usage(0, 0)),
 }
@@ -118,34 +125,81 @@ OPENCODE: dict[str, tuple[list[str], list[dict[str, Any]], str, str, dict[str, i
     "sse_error_mid_stream": ([STEP] * 6 + [END], [], "error", "error", usage(0, 0)),
     "subagent": ([MESSAGE, RESULT, MESSAGE, END], text("The subagent replied: hello from the subagent."),
                  "completed", "stop", usage(7443 + 7569, 16)),
+    # A call cut by the ceiling (opencode's `invalid` tool) ends its step `length`; opencode goes on
+    # with another step, whose answer is the turn's.
+    "tool_cut_then_step": ([MESSAGE, MESSAGE, END], text("The check could not run; the answer is 42."),
+                           "completed", "stop", usage(15056, 17)),
+}
+# opencode through its Anthropic provider (@ai-sdk/anthropic) against the Messages API.
+OPENCODE_ANTHROPIC: dict[str, tuple[list[str], list[dict[str, Any]], str, str, dict[str, int]]] = {
+    "completion": ([MESSAGE, END], text("Hello from the fake model. The answer is 42."), "completed", "stop",
+                   usage(7397, 11)),
+    "tool_cut_then_step": ([MESSAGE, MESSAGE, END], text("The check could not run; the answer is 42."),
+                           "completed", "stop", usage(14977, 27)),
 }
 
 
 def scenarios(cli: str) -> list[str]:
-    return sorted(path.stem for path in (FIXTURES / cli).glob("*.ndjson"))
+    """The recorded scenarios (a resumed session's second turn, ``<scenario>.turn2``, is its own)."""
+    return sorted(path.stem for path in (FIXTURES / cli).glob("*.ndjson") if "." not in path.stem)
 
 
 def test_every_fixture_has_a_case() -> None:
     """No recorded scenario goes untested (a fixture added later fails here until it is pinned)."""
     assert scenarios("codex") == sorted(CODEX)
     assert scenarios("opencode") == sorted(OPENCODE)
+    assert scenarios("opencode-anthropic") == sorted(OPENCODE_ANTHROPIC)
+
+
+EXPECTED = {"codex": CODEX, "opencode": OPENCODE, "opencode-anthropic": OPENCODE_ANTHROPIC}
 
 
 @pytest.mark.parametrize(("cli", "adapter", "scenario"), [
     *[("codex", CodexAdapter, name) for name in sorted(CODEX)],
     *[("opencode", OpencodeAdapter, name) for name in sorted(OPENCODE)],
+    *[("opencode-anthropic", OpencodeAdapter, name) for name in sorted(OPENCODE_ANTHROPIC)],
 ])
 def test_fixture_translation(cli: str, adapter: type[CliAdapter], scenario: str) -> None:
     """Each real stream makes the expected events, output, stop reason and usage."""
-    types, output, stop_reason, provider, expected_usage = (CODEX if cli == "codex" else OPENCODE)[scenario]
-    events, stop = translate(adapter(), lines_of(cli, scenario))
+    types, output, stop_reason, provider, expected_usage = EXPECTED[cli][scenario]
+    lines = lines_of(cli, scenario)
+    events, stop = translate(adapter(), lines)
     validate_events(events)
     assert [event["type"] for event in events] == types
     assert final_assistant_output(events) == output
     assert stop.stop_reason == stop_reason and stop.provider == provider
     assert [event["stopReason"] for event in events if event["type"] == END] == [stop_reason]
     assert turn_usage(events) == expected_usage
-    assert all(event["source"]["format"] == cli for event in events)
+    assert all(event["source"]["format"] == cli.split("-")[0] for event in events)
+    # Every line but the ones that only announce an item is kept in some event's source.
+    kept = [raw for event in events for raw in event["source"]["events"]]
+    assert all(line in kept for line in lines if line["type"] not in ("item.started", "item.updated"))
+
+
+@pytest.mark.parametrize("cli", ["opencode", "opencode-anthropic"])
+def test_fixture_opencode_a_cut_call_then_another_step(cli: str) -> None:
+    """The cut call (opencode's `invalid` tool) is not output; its step is max_tokens, not the turn's end."""
+    lines = lines_of(cli, "tool_cut_then_step")
+    invalid = next(line for line in lines if line["type"] == "tool_use")
+    assert invalid["part"]["tool"] == "invalid"
+    events, _ = translate(OpencodeAdapter(), lines)
+    first, second = [event for event in events if event["type"] == MESSAGE]
+    assert first["message"]["content"] == text("I will check with a command.")
+    assert first["message"]["stopReason"] == "max_tokens" and invalid in first["source"]["events"]
+    assert second["message"]["stopReason"] == "completed"
+    assert not any(event["type"] == RESULT for event in events)
+
+
+@pytest.mark.parametrize("cli", ["codex"])
+def test_fixture_a_resumed_sessions_second_turn_has_its_own_ids(cli: str) -> None:
+    """Fed as the run's turn 2, `codex exec resume`'s output (items again from item_0) shares no
+    eventId with the first turn's, and selects its own answer."""
+    first, _ = translate(CodexAdapter(), lines_of(cli, "resume"))
+    second, stop = translate(CodexAdapter(turn=2), lines_of(cli, "resume.turn2"))
+    assert not {event["eventId"] for event in first} & {event["eventId"] for event in second}
+    assert all(event["eventId"].startswith("turn2:") for event in second)
+    assert final_assistant_output(second) == text("Second turn: still 42.") and stop.stop_reason == "completed"
+    assert translate(CodexAdapter(turn=1), lines_of(cli, "resume"))[0] == first
 
 
 def test_codex_failed_turn_keeps_its_message_as_error() -> None:
@@ -191,10 +245,12 @@ def test_codex_reasoning_goes_first_in_the_next_message() -> None:
     lines = [{"type": "thread.started", "thread_id": "t"}, reasoning("item_0", "think"),
              reasoning("item_1", "more"), agent_message("item_2", "answer"), COMPLETED]
     events, _ = translate(CodexAdapter(), lines)
-    assert events[1]["message"]["content"] == [
+    assert events[1] == {"type": CHUNK, "delta": {"type": "text", "text": "answer"}, "eventId": "t:item_2:chunk",
+                         "source": {"format": "codex", "events": [lines[3]]}}
+    assert events[2]["message"]["content"] == [
         {"type": "reasoning", "text": "think"}, {"type": "reasoning", "text": "more"}, {"type": "text", "text": "answer"}]
-    assert events[1]["source"]["events"] == lines[1:4]
-    assert events[1]["eventId"] == "t:item_2"
+    assert events[2]["source"]["events"] == lines[1:4]
+    assert events[2]["eventId"] == "t:item_2"
 
 
 def test_codex_reasoning_without_a_message_is_not_output() -> None:
@@ -203,8 +259,9 @@ def test_codex_reasoning_without_a_message_is_not_output() -> None:
              reasoning("item_1", "then thought"), reasoning("item_2", " "),
              {"type": "turn.failed", "error": {"message": "Incomplete response returned, reason: max_output_tokens"}}]
     events, stop = translate(CodexAdapter(), lines)
-    assert [event["type"] for event in events] == [THREAD, MESSAGE, "x-codex-reasoning", "x-codex-reasoning", END]
-    assert [event["eventId"] for event in events[2:4]] == ["t:item_2", "t:item_1"]  # blank one at once
+    assert [event["type"] for event in events] == [THREAD, CHUNK, MESSAGE, "x-codex-reasoning", "x-codex-reasoning",
+                                                   END]
+    assert [event["eventId"] for event in events[3:5]] == ["t:item_2", "t:item_1"]  # blank one at once
     assert final_assistant_output(events) == text("answer") and stop.stop_reason == "max_tokens"
     # At the end of a body without a terminal line too.
     events, stop = translate(CodexAdapter(), lines[:3])
@@ -216,16 +273,16 @@ def test_codex_blank_message_does_not_take_the_reasoning() -> None:
     lines = [agent_message("item_0", "answer"), reasoning("item_1", "thought"), agent_message("item_2", ""),
              {"type": "turn.failed", "error": {"message": "Incomplete response returned, reason: max_output_tokens"}}]
     events, _ = translate(CodexAdapter(), lines)
-    assert [event["type"] for event in events] == [MESSAGE, MESSAGE, "x-codex-reasoning", END]
-    assert events[1]["message"]["content"] == text("")
+    assert [event["type"] for event in events] == [CHUNK, MESSAGE, MESSAGE, "x-codex-reasoning", END]
+    assert events[2]["message"]["content"] == text("")
     assert final_assistant_output(events) == text("answer")
 
 
 def test_codex_usage_leaves_cached_input_out() -> None:
     """inputTokens is input_tokens less cached_input_tokens, which is cacheReadTokens."""
     events, _ = translate(CodexAdapter(), [agent_message("item_0", "a"), COMPLETED])
-    assert events[1]["message"] == {"content": [], "usage": {"inputTokens": 6, "outputTokens": 3, "cacheReadTokens": 4}}
-    assert "usage" not in events[2]
+    assert events[2]["message"] == {"content": [], "usage": {"inputTokens": 6, "outputTokens": 3, "cacheReadTokens": 4}}
+    assert "usage" not in events[3]
 
 
 def test_codex_unknown_kinds_are_kept() -> None:
@@ -249,6 +306,86 @@ def test_codex_mcp_tool_call() -> None:
     failed = {**item, "result": None, "error": {"message": "boom"}, "status": "failed"}
     events, _ = translate(CodexAdapter(), [{"type": "item.completed", "item": failed}])
     assert events[1]["content"] == "boom" and events[1]["isError"] is True
+
+
+def started(item: Event) -> Event:
+    return {"type": "item.started", "item": {**item, "status": "in_progress"}}
+
+
+COMMAND = {"id": "item_1", "type": "command_execution", "command": "ls", "aggregated_output": "a\n", "exit_code": 0}
+MCP = {"id": "item_1", "type": "mcp_tool_call", "server": "docs", "tool": "find", "arguments": {"q": "x"},
+       "result": {"content": [{"type": "text", "text": "found"}]}, "error": None, "status": "completed"}
+
+
+@pytest.mark.parametrize(("item", "call"), [
+    (COMMAND, {"type": "tool_call", "id": "item_1", "name": "shell", "input": {"command": "ls"}}),
+    (MCP, {"type": "tool_call", "id": "item_1", "name": "docs__find", "input": {"q": "x"}}),
+])
+def test_codex_text_then_a_call_starting_on_the_next_line_is_one_message(item: Event, call: Event) -> None:
+    """The text is streamed at once; the message (text, then the call) is stored at the next line,
+    and the call's completion gives only its result."""
+    adapter = CodexAdapter()
+    lines = [{"type": "thread.started", "thread_id": "t"}, agent_message("item_0", "Let me read the file."),
+             started(item), {"type": "item.completed", "item": item}, COMPLETED]
+    assert adapter.feed(0, lines[0])[0].event["type"] == THREAD
+    assert [made.event for made in adapter.feed(1, lines[1])] == [
+        {"type": CHUNK, "delta": {"type": "text", "text": "Let me read the file."}, "eventId": "t:item_0:chunk",
+         "source": {"format": "codex", "events": [lines[1]]}}]
+    assert [made.event for made in adapter.feed(2, lines[2])] == [
+        {"type": MESSAGE, "message": {"content": [*text("Let me read the file."), call]}, "eventId": "t:item_0",
+         "source": {"format": "codex", "events": lines[1:3]}}]
+    result_event = [made.event for made in adapter.feed(3, lines[3])]
+    assert [(event["type"], event["eventId"], event["source"]["events"]) for event in result_event] == [
+        (RESULT, "t:item_1:result", [lines[3]])]
+    events = [made.event for made in adapter.feed(4, lines[4]) + adapter.finish()]
+    assert [event["type"] for event in events] == [MESSAGE, END]
+
+
+@pytest.mark.parametrize("after", [
+    {"type": "item.started", "item": {"id": "item_1", "type": "file_change"}},
+    {"type": "item.started", "item": {"id": "item_1", "type": "command_execution"}},
+    {"type": "item.started", "item": {"id": "item_1", "type": "mcp_tool_call", "server": "docs"}},
+    {"type": "item.started", "item": {"id": "item_1", "type": "mcp_tool_call", "tool": "find"}},
+    {"type": "item.completed", "item": COMMAND},
+    {"type": "error", "message": "Reconnecting... 1/1"},
+])
+def test_codex_text_not_followed_by_a_call_start_is_its_own_message(after: Event) -> None:
+    """Anything else on the next line stores the text alone first; the call stays whole."""
+    lines = [agent_message("item_0", "words"), after]
+    events, _ = translate(CodexAdapter(), lines)
+    assert events[1] == {"type": MESSAGE, "message": {"content": text("words")}, "eventId": "codex:item_0",
+                         "source": {"format": "codex", "events": lines[:1]}}
+    if after["type"] == "item.completed":
+        assert [event["type"] for event in events[2:]] == [MESSAGE, RESULT]
+        assert events[2]["message"]["content"][0]["name"] == "shell"
+
+
+def test_codex_a_call_joined_to_the_text_before_it_keeps_its_outcome() -> None:
+    """Its completion's exit code makes the result an error, and a bad one is refused by index."""
+    failed = {**COMMAND, "exit_code": 2}
+    events, _ = translate(CodexAdapter(), [agent_message("item_0", "t"), started(failed),
+                                           {"type": "item.completed", "item": failed}])
+    assert events[-1]["type"] == RESULT and events[-1]["isError"] is True
+    with pytest.raises(NotTheFormat) as refused:
+        translate(CodexAdapter(), [agent_message("item_0", "t"), started(COMMAND),
+                                   {"type": "item.completed", "item": {**COMMAND, "exit_code": "0"}}])
+    assert refused.value.extra["index"] == 2 and "item.exit_code" in str(refused.value)
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ({"type": "item.started"}, "item"),
+    ({"type": "item.started", "item": {"type": "command_execution", "command": "ls"}}, "item.id"),
+])
+def test_codex_an_unreadable_start_after_a_text_is_refused_by_its_index(line: Event, field: str) -> None:
+    with pytest.raises(NotTheFormat) as refused:
+        translate(CodexAdapter(), [{"type": "thread.started", "thread_id": "t"}, agent_message("item_0", "t"), line])
+    assert refused.value.extra["index"] == 2 and f"{field}:" in str(refused.value)
+
+
+def test_codex_text_at_the_end_of_the_body_is_stored() -> None:
+    events, _ = translate(CodexAdapter(), [agent_message("item_0", "last words")])
+    assert [event["type"] for event in events] == [CHUNK, MESSAGE]
+    assert final_assistant_output(events) == text("last words")
 
 
 def opencode_line(kind: str, part: dict[str, Any]) -> Event:
@@ -303,6 +440,56 @@ def test_opencode_steps_of_one_message_get_numbered_ids() -> None:
     assert [(event["type"], event["eventId"]) for event in events] == [
         (MESSAGE, "msg_1"), (STEP, "p2"), (MESSAGE, "msg_1:step2"), (END, "p5:end")]
     assert final_assistant_output(events) == text("b")
+
+
+def bash_part(part_id: str, tool: str = "bash") -> Event:
+    return opencode_line("tool_use", {"id": part_id, "type": "tool", "tool": tool, "callID": f"call_{part_id}",
+                                      "state": {"status": "completed", "input": {"command": "ls"}, "output": "a"}})
+
+
+def test_opencode_a_length_step_followed_by_another_does_not_end_the_turn() -> None:
+    """Each step's reason is its message's stopReason; the turn ends at the body's end, with the
+    last step's reason (the providerStopReason its reason)."""
+    adapter = OpencodeAdapter()
+    lines = [opencode_line("text", {"id": "p1", "type": "text", "text": "a"}), finish_step("p2", "length"),
+             opencode_line("text", {"id": "p3", "type": "text", "text": "b"}), finish_step("p4", "stop")]
+    made = [item.event for index, line in enumerate(lines) for item in adapter.feed(index, line)]
+    assert [event["type"] for event in made] == [MESSAGE, MESSAGE]
+    assert [event["message"]["stopReason"] for event in made] == ["max_tokens", "completed"]
+    assert adapter.stop == StreamStop("stop", "completed")
+    end = [item.event for item in adapter.finish()]
+    assert end == [{"type": END, "stopReason": "completed", "eventId": "p4:end",
+                    "source": {"format": "opencode", "events": []}}]
+    assert adapter.finish() == []  # made once
+
+
+@pytest.mark.parametrize(("last", "stop_reason"), [("tool-calls", None), ("length", "max_tokens")])
+def test_opencode_the_last_steps_reason_ends_the_turn(last: str, stop_reason: str | None) -> None:
+    """A last step that called tools leaves the turn unfinished, even after a stop before it."""
+    events, stop = translate(OpencodeAdapter(), [finish_step("p1", "stop"), finish_step("p2", last)])
+    assert [event["stopReason"] for event in events if event["type"] == END] == ([stop_reason] if stop_reason else [])
+    assert stop.stop_reason == stop_reason
+
+
+def test_opencode_an_error_after_a_length_step_ends_the_turn_once() -> None:
+    error = {"type": "error", "sessionID": "ses_1", "error": {"name": "APIError", "data": {"message": "boom"}}}
+    events, stop = translate(OpencodeAdapter(), [finish_step("p1", "length"), error])
+    assert [event["type"] for event in events] == [MESSAGE, END] and events[1]["stopReason"] == "error"
+    assert events[0]["message"]["stopReason"] == "max_tokens"
+    assert stop.stop_reason == "error"
+
+
+@pytest.mark.parametrize("reason", ["tool-calls", "length"])
+def test_opencode_an_invalid_call_is_not_output(reason: str) -> None:
+    """opencode's `invalid` tool (a call it could not read): out of the content and the results,
+    kept in the source; its message is max_tokens."""
+    lines = [opencode_line("text", {"id": "p1", "type": "text", "text": "a"}), bash_part("p2", "invalid"),
+             bash_part("p3"), finish_step("p4", reason)]
+    events, _ = translate(OpencodeAdapter(), lines)
+    assert events[0]["message"]["content"] == [*text("a"), {"type": "tool_call", "id": "call_p3", "name": "bash",
+                                                            "input": {"command": "ls"}}]
+    assert events[0]["message"]["stopReason"] == "max_tokens" and lines[1] in events[0]["source"]["events"]
+    assert [event["toolCallId"] for event in events if event["type"] == RESULT] == ["call_p3"]
 
 
 def test_opencode_unknown_kinds_are_kept() -> None:

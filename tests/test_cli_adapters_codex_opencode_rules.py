@@ -144,7 +144,8 @@ def test_codex_first_thread_id_names_the_events() -> None:
     """A second thread.started does not rename the events; without one the format names them."""
     events = translate(CodexAdapter(), [THREAD, {"type": "thread.started", "thread_id": "u"},
                                         completed({"id": "item_0", "type": "agent_message", "text": "a"})])
-    assert [event["eventId"] for event in events] == ["t:thread.started:0", "t:thread.started:1", "t:item_0"]
+    assert [event["eventId"] for event in events] == ["t:thread.started:0", "t:thread.started:1", "t:item_0:chunk",
+                                                      "t:item_0"]
     events = translate(CodexAdapter(), [completed({"id": "item_0", "type": "todo_list"}), turn_completed()])
     assert [event["eventId"] for event in events] == ["codex:item_0", "codex:turn.completed:0",
                                                       "codex:turn.completed:0:end"]

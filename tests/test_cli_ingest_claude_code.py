@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api_helpers import assert_problem, logged, result, shared_api, shared_base_url  # noqa: F401
+from tests.api_helpers import assert_problem, logged, of_type, result, shared_api, shared_base_url  # noqa: F401
 from tests.builders import create_run
 
 FIXTURES = Path(__file__).resolve().parent / "cli_children" / "fixtures"
@@ -64,6 +64,10 @@ EXPECTED: dict[str, tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None
     "sse_error_mid_stream": ("error", [text("The stream starts and then")], []),
     "subagent_foreground": ("completed", [text("The subagent replied: hello from the subagent.")], None),
     "subagent": ("completed", [text("Noted: the background subagent has finished.")], None),
+    # The CLI prints a call the ceiling cut, runs it, and answers result: "" after empty replies.
+    "tool_cut_at_ceiling": ("completed", [text("I will check with a command.")], None),
+    # The same with --max-turns 1: the CLI's result is null; the text before the cut call stays.
+    "tool_cut_max_turns": ("max_turns", [text("I will check with a command.")], None),
 }
 
 
@@ -77,7 +81,7 @@ def test_the_child_keeps_its_last_word(shared_api: httpx.Client, mode: str, scen
     response = ingest(shared_api, run_id, body(mode, scenario))
     assert response.status_code == 200, response.text
     answer = response.json()
-    assert answer["stopReason"] == stop and answer["providerStopReason"] == "success"
+    assert answer["stopReason"] == stop and answer["providerStopReason"] == lines(mode, scenario)[-1]["subtype"]
     got = result(shared_api, run_id)
     assert got["status"] == "ended" and got["stopReason"] == stop and got["isError"] == (stop != "completed")
     assert without_ids(got["output"]) == output
@@ -96,6 +100,82 @@ def test_the_child_keeps_its_last_word(shared_api: httpx.Client, mode: str, scen
                 assert block["text"] in rest
     if stop == "error":
         assert got["error"]["message"].startswith("API Error")
+    if stop == "max_turns":
+        assert got["error"]["message"] == "Reached maximum number of turns (1)"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_cut_by_the_ceiling_is_kept_but_not_output(shared_api: httpx.Client, mode: str) -> None:  # noqa: F811
+    """The cut call's line is in its stored message's source; its content is the text, max_tokens."""
+    run_id = create_run(shared_api)
+    assert ingest(shared_api, run_id, body(mode, "tool_cut_at_ceiling")).status_code == 200
+    cut = next(line for line in lines(mode, "tool_cut_at_ceiling") if line["type"] == "assistant"
+               and line["message"]["content"][0]["type"] == "tool_use")
+    stored = next(event for event in of_type(shared_api, run_id, "assistant/message")
+                  if event["eventId"] == cut["message"]["id"])
+    assert stored["message"]["content"] == [text("I will check with a command.")]
+    assert stored["message"]["stopReason"] == "max_tokens" and cut in stored["source"]["events"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_resumed_session_stores_its_second_turn(shared_api: httpx.Client, mode: str) -> None:  # noqa: F811
+    """claude --resume in the run's next turn: its lines are stored (no duplicates claimed) and
+    the turn answers its own reply."""
+    run_id = create_run(shared_api, mode="continuable")
+    assert ingest(shared_api, run_id, body(mode, "resume")).status_code == 200
+    assert shared_api.post(f"/v1/runs/{run_id}/turns").status_code == 201
+    second = ingest(shared_api, run_id, body(mode, "resume.turn2"))
+    assert second.status_code == 200, second.text
+    assert second.json()["duplicates"] == 0 and second.json()["accepted"] > 0
+    assert second.json()["stopReason"] == "completed"
+    got = result(shared_api, run_id)
+    assert got["turn"] == 2 and got["output"] == [text("Second turn: still 42.")]
+    again = ingest(shared_api, run_id, body(mode, "resume.turn2"))
+    assert again.status_code == 200 and again.json()["accepted"] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_subagent_line_after_its_child_ended_does_not_fail_the_body(shared_api: httpx.Client,  # noqa: F811
+                                                                      mode: str) -> None:
+    """A subagent's line printed after the tool result that ended its child is kept on the run."""
+    printed = lines(mode, "subagent_foreground")
+    sub = next(line for line in printed if line.get("parent_tool_use_id"))
+    late = {**sub, "uuid": "late-subagent-line"}
+    answered = next(index for index, line in enumerate(printed) if line.get("tool_use_result"))
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in [*printed[:answered + 1], late,
+                                                                   *printed[answered + 1:]])
+    run_id = create_run(shared_api)
+    response = ingest(shared_api, run_id, data)
+    assert response.status_code == 200, response.text
+    assert response.json()["stopReason"] == "completed"
+    kept = of_type(shared_api, run_id, "x-claude-code-late-subagent")
+    assert [event["source"]["events"] for event in kept] == [[late]]
+    assert result(shared_api, run_id)["output"] == [text("The subagent replied: hello from the subagent.")]
+
+
+def test_two_results_in_one_line_end_each_child_with_its_own_report(shared_api: httpx.Client) -> None:  # noqa: F811
+    """Each tool_result of one user line ends its own subagent's child run with its own content."""
+    printed = lines("claude-code", "subagent_foreground")
+    call = next(block for line in printed if line["type"] == "assistant"
+                for block in line["message"]["content"] if block["type"] == "tool_use")
+    answer_at = next(index for index, line in enumerate(printed) if line.get("tool_use_result"))
+    answer = printed[answer_at]
+    second = {**call, "id": "toolu_second"}
+    call_line = next(line for line in printed if line["type"] == "assistant"
+                     and line["message"]["content"][0]["type"] == "tool_use")
+    both = {**answer, "message": {**answer["message"], "content": [
+        *answer["message"]["content"],
+        {"type": "tool_result", "tool_use_id": "toolu_second", "content": [text("The second report.")]}]}}
+    extra_call = {**call_line, "uuid": "second-call", "message": {**call_line["message"], "content": [second]}}
+    body_lines = [*printed[:answer_at], extra_call, both, *printed[answer_at + 1:]]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in body_lines)
+    run_id = create_run(shared_api)
+    assert ingest(shared_api, run_id, data).status_code == 200
+    join = shared_api.get(f"/v1/runs/{run_id}/children", params={"wait": 0}).json()
+    outputs = {child["runId"]: child["output"] for child in join["children"]}
+    assert outputs[f"{run_id}.toolu_second"] == [text("The second report.")]
+    first = outputs[f"{run_id}.{call['id']}"]
+    assert first and first != [text("The second report.")]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(MISSING), reason=f"agent CLIs not installed ({BIN}): npm install there")]
 
 PARTIAL = {"type": "text", "text": "This answer is cut off at the token ceil"}
+CHECK = {"type": "text", "text": "I will check with a command."}
+ANSWER = {"type": "text", "text": "The check could not run; the answer is 42."}
 
 CASES: list[tuple[str, str, str, str, dict[str, Any]]] = [
     # (CLI as recorded, scenario, ingest format, stop reason, the output's first block)
@@ -33,6 +35,13 @@ CASES: list[tuple[str, str, str, str, dict[str, Any]]] = [
      {"type": "text", "text": "Let me run a command first."}),
     ("codex", "max_tokens_partial", "codex", "max_tokens", PARTIAL),
     ("opencode", "max_tokens_partial", "opencode", "max_tokens", PARTIAL),
+    # SPEC §16a: a call cut by the ceiling is not output; opencode goes on after `length`;
+    # Codex's text and its command are one message.
+    ("claude-code", "tool_cut_at_ceiling", "claude-code", "completed", CHECK),
+    ("claude-code-partial", "tool_cut_max_turns", "claude-code", "max_turns", CHECK),
+    ("codex", "tool_then_empty_end_turn", "codex", "completed", {"type": "text", "text": "Let me run a command first."}),
+    ("opencode", "tool_cut_then_step", "opencode", "completed", ANSWER),
+    ("opencode-anthropic", "tool_cut_then_step", "opencode", "completed", ANSWER),
 ]
 
 

@@ -117,6 +117,15 @@ def messages(url: str, run_id: str) -> list[str]:
             for event in logged(url, run_id) if event["type"] == "assistant/message" and event["message"]["content"]]
 
 
+def wait_for_streamed(url: str, run_id: str, text: str) -> None:
+    """Until ``text`` is stored as a chunk: Codex's agent message is streamed when printed and
+    stored as a message at the next line (a call starting there is the same response's)."""
+    def streamed() -> list[str]:
+        return [event["delta"]["text"] for event in logged(url, run_id) if event["type"] == "assistant/chunk"]
+    wait_until(lambda: text in streamed(), lambda: f"{text!r} is streamed (found {streamed()})", within=WAIT,
+               every=0.02)
+
+
 def wait_for_messages(url: str, run_id: str, count: int) -> None:
     wait_until(lambda: len(messages(url, run_id)) >= count,
                lambda: f"{count} messages are stored (found {messages(url, run_id)})", within=WAIT, every=0.02)
@@ -220,7 +229,7 @@ def test_sigterm_is_passed_to_the_child_and_ends_the_turn_cancelled(server: Serv
     process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, command=child)
     try:
         feed(process, THREAD, TURN, message(0, "before the signal"))
-        wait_for_messages(server.url, run_id, 1)
+        wait_for_streamed(server.url, run_id, "before the signal")
         process.send_signal(signal.SIGTERM)
         # Its standard input stays open: the child can only end by the signal passed on to it.
         assert process.wait(timeout=WAIT) == 130
@@ -241,7 +250,8 @@ def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_pat
         run_id = f"restart-{time.time_ns()}"
         process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, command=child)
         feed(process, THREAD, TURN, message(0, "zero"), message(1, "one"))
-        wait_for_messages(server.url, run_id, 2)
+        wait_for_messages(server.url, run_id, 1)
+        wait_for_streamed(server.url, run_id, "one")
         server.kill()
         feed(process, message(2, "two"), message(3, "three"))  # printed while the server is down
         server.start()

@@ -7,6 +7,8 @@ it is refused after every line before it was handed on — a line still unfinish
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 from collections.abc import AsyncIterator
 
@@ -118,7 +120,7 @@ def test_json_lines_name_the_line_over_the_limit() -> None:
     assert asyncio.run(collect()) == [(0, {"a": 1}), (1, {"b": 2})]
 
 
-def values(body: bytes, **options: str) -> tuple[list[tuple[int, object]], Exception | None]:
+def values(body: bytes, **options: Any) -> tuple[list[tuple[int, object]], Exception | None]:
     async def pieces() -> AsyncIterator[bytes]:
         yield body
 

@@ -52,11 +52,16 @@ def text(t: str, stop: str = "end", **kw: Any) -> dict[str, Any]:
 
 
 def tool(kind: str = "shell", text_before: str = "", command: str = "echo hi", prompt: str = "",
-         background: bool | None = None, **kw: Any) -> dict[str, Any]:
-    """A reply that calls a tool (optionally after some text)."""
+         background: bool | None = None, cut: bool = False, **kw: Any) -> dict[str, Any]:
+    """A reply that calls a tool (optionally after some text).
+
+    cut: the output-token ceiling cuts the call: its input is sent only up to its middle (not
+    valid JSON) and the reply stops with max_tokens / finish_reason length."""
     spec: dict[str, Any] = {"kind": kind, "command": command, "prompt": prompt}
     if background is not None:
         spec["run_in_background"] = background
+    if cut:
+        return {"text": text_before, "stop": "max_tokens", "tool": spec, "cut": True, **kw}
     return {"text": text_before, "stop": "tool", "tool": spec, **kw}
 
 
@@ -125,6 +130,28 @@ SCENARIOS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "codex_shell_then_final": {
         "main": [tool("shell", command=SHELL_CMD), text("The command printed hi.")]
     },
+    # a call cut by the output ceiling (its input half sent), then an empty reply ending normally;
+    # recorded for Claude Code also with --max-turns 1 (tool_cut_max_turns, see record.py)
+    "tool_cut_at_ceiling": {
+        "main": [tool("shell", text_before="I will check with a command.", command=SHELL_CMD, cut=True),
+                 empty("end", repeat=True)]
+    },
+    "tool_cut_max_turns": {
+        "main": [tool("shell", text_before="I will check with a command.", command=SHELL_CMD, cut=True),
+                 empty("end", repeat=True)]
+    },
+    # a call cut by the ceiling, then another step that answers
+    "tool_cut_then_step": {
+        "main": [tool("shell", text_before="I will check with a command.", command=SHELL_CMD, cut=True),
+                 text("The check could not run; the answer is 42.")]
+    },
+    # text and a command in one response, then an answer
+    "text_then_command": {
+        "main": [tool("shell", text_before="Let me read the file.", command=SHELL_CMD),
+                 text("The file says hi.")]
+    },
+    # two CLI invocations on one session (the second resumes the first): one step each
+    "resume": {"main": [text("First turn: the answer is 42."), text("Second turn: still 42.")]},
     "codex_retry_repeat": {
         "main": [
             text("This message is sent twice.", disconnect_after_item=True),
@@ -402,6 +429,8 @@ def _make_handler(srv: FakeServer) -> type[BaseHTTPRequestHandler]:
                     self._sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
                         "type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})
                     js = json.dumps(b["input"])
+                    if step.get("cut"):
+                        js = js[:len(js) // 2]
                     for k in range(0, len(js), 20):
                         self._sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
                             "type": "input_json_delta", "partial_json": js[k:k + 20]}})
@@ -492,8 +521,10 @@ def _make_handler(srv: FakeServer) -> type[BaseHTTPRequestHandler]:
             usage = {"prompt_tokens": in_tok, "completion_tokens": out_tok, "total_tokens": in_tok + out_tok}
             call = None
             if name_input:
+                arguments = json.dumps(name_input[1])
                 call = {"id": "call_fake_" + uuid.uuid4().hex[:16], "type": "function",
-                        "function": {"name": name_input[0], "arguments": json.dumps(name_input[1])}}
+                        "function": {"name": name_input[0],
+                                     "arguments": arguments[:len(arguments) // 2] if step.get("cut") else arguments}}
             if not body.get("stream"):
                 if step.get("sse_error"):
                     return self._error("openai-chat", 500)

@@ -38,16 +38,26 @@ TIMEOUT = 90
 # which fake flavour each CLI talks to, and which scenarios apply to it
 COMMON = ["completion", "max_tokens_partial", "tool_then_empty_max_tokens", "tool_then_empty_end_turn",
           "continued_after_ceiling", "http_500_mid_run", "sse_error_mid_stream"]
+CLAUDE = ["http_529_mid_run", "subagent", "subagent_foreground", "tool_cut_at_ceiling", "tool_cut_max_turns",
+          "resume"]
 CLIS: dict[str, dict[str, Any]] = {
-    "claude-code": {"flavour": "anthropic", "scenarios": COMMON + ["http_529_mid_run", "subagent", "subagent_foreground"]},
-    "claude-code-partial": {"flavour": "anthropic",
-                            "scenarios": COMMON + ["http_529_mid_run", "subagent", "subagent_foreground"]},
+    "claude-code": {"flavour": "anthropic", "scenarios": COMMON + CLAUDE},
+    "claude-code-partial": {"flavour": "anthropic", "scenarios": COMMON + CLAUDE},
     "codex": {"flavour": "openai-responses",
-              "scenarios": COMMON + ["sse_failed_mid_stream", "codex_shell_then_final", "codex_retry_repeat"]},
-    "opencode": {"flavour": "openai-chat", "scenarios": COMMON + ["subagent"]},
+              "scenarios": COMMON + ["sse_failed_mid_stream", "codex_shell_then_final", "codex_retry_repeat",
+                                     "text_then_command", "resume"]},
+    "opencode": {"flavour": "openai-chat", "scenarios": COMMON + ["subagent", "tool_cut_then_step"]},
+    # opencode through its Anthropic provider (@ai-sdk/anthropic, bundled) against the Messages fake
+    "opencode-anthropic": {"flavour": "anthropic", "scenarios": ["completion", "tool_cut_then_step"]},
 }
 PACKAGES = {"claude-code": "@anthropic-ai/claude-code", "claude-code-partial": "@anthropic-ai/claude-code",
-            "codex": "@openai/codex", "opencode": "opencode-ai"}
+            "codex": "@openai/codex", "opencode": "opencode-ai", "opencode-anthropic": "opencode-ai"}
+#: Extra arguments of a scenario (Claude Code): one turn only, so the cut call ends the run.
+CLAUDE_EXTRA = {"tool_cut_max_turns": ["--max-turns", "1"]}
+#: Scenarios run twice on one session: the second invocation resumes the first's session and
+#: its stdout is written to ``<scenario>.turn2.ndjson``.
+TWO_TURNS = frozenset({"resume"})
+SECOND_PROMPT = "Say it again."
 
 
 def cli_version(cli: str) -> str:
@@ -76,7 +86,7 @@ def _base_env(tmp: Path) -> dict[str, Any]:
     }
 
 
-def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
+def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any], scenario: str = "") -> list[str]:
     env.update({
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": "fake",
@@ -100,7 +110,7 @@ def _setup_claude(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any]
             "--model", "claude-sonnet-4-5", "--allowedTools", "Bash", "--dangerously-skip-permissions"]
     if cli == "claude-code-partial":
         argv.append("--include-partial-messages")
-    return argv
+    return argv + CLAUDE_EXTRA.get(scenario, [])
 
 
 def _setup_codex(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
@@ -143,8 +153,8 @@ exporter = "none"
             "--dangerously-bypass-approvals-and-sandbox", "-C", str(work), PROMPT]
 
 
-def _setup_opencode(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
-    cfg = {
+def _setup_opencode(cli: str, url: str, tmp: Path, work: Path, env: dict[str, Any]) -> list[str]:
+    cfg: dict[str, Any] = {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
         "share": "disabled",
@@ -159,6 +169,8 @@ def _setup_opencode(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> lis
         }},
         "permission": {"bash": "allow", "edit": "allow", "webfetch": "deny", "external_directory": "allow"},
     }
+    if cli == "opencode-anthropic":
+        cfg["provider"]["fake"]["npm"] = "@ai-sdk/anthropic"
     path = tmp / "opencode.json"
     path.write_text(json.dumps(cfg, indent=1))
     env.update({
@@ -176,11 +188,22 @@ def _setup_opencode(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> lis
     return [str(BIN / "opencode"), "run", "--format", "json", PROMPT]
 
 
+def _resume_argv(cli: str, argv: list[str], first: bytes) -> list[str]:
+    """The second invocation of a two-turn scenario: the first's session resumed."""
+    lines = [json.loads(line) for line in first.splitlines() if line.strip()]
+    if cli == "codex":
+        thread = next(line["thread_id"] for line in lines if line.get("type") == "thread.started")
+        return [*argv[:-1], "resume", thread, SECOND_PROMPT]
+    session = next(line["session_id"] for line in lines if "session_id" in line)
+    return [argv[0], "-p", SECOND_PROMPT, "--resume", session, *argv[3:]]
+
+
 def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = False,
             details: dict[str, Any] | None = None) -> tuple[bytes, int]:
     """Run one CLI x scenario against its fake; return (stdout bytes, exit code).
 
-    ``details``, when given, is filled with argv, stderr, the fake's request log, etc.
+    ``details``, when given, is filled with argv, stderr, the fake's request log, etc.; for a
+    two-turn scenario also ``turn2`` = (argv, stdout, exit code, stderr) of the resumed run.
     """
     spec = CLIS[cli]
     tmp = Path(tempfile.mkdtemp(prefix=f"cli-{cli}-{scenario}-"))
@@ -190,11 +213,11 @@ def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = Fals
     server = fake_models.start(scenario, spec["flavour"])
     try:
         if cli.startswith("claude-code"):
-            argv = _setup_claude(cli, server.url, tmp, work, env)
+            argv = _setup_claude(cli, server.url, tmp, work, env, scenario)
         elif cli == "codex":
             argv = _setup_codex(server.url, tmp, work, env)
         else:
-            argv = _setup_opencode(server.url, tmp, work, env)
+            argv = _setup_opencode(cli, server.url, tmp, work, env)
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -203,6 +226,11 @@ def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = Fals
         except subprocess.TimeoutExpired as e:
             out, err, rc = e.stdout or b"", (e.stderr or b"") + b"\n[record.py: timed out]", 124
         elapsed = time.monotonic() - t0
+        if scenario in TWO_TURNS and details is not None:
+            again = _resume_argv(cli, argv, out)
+            p = subprocess.run(again, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=timeout, start_new_session=True)
+            details["turn2"] = (again, p.stdout, p.returncode, p.stderr)
         if details is not None:
             details.update(argv=argv, stderr=err, elapsed=elapsed, tmp=str(tmp), log=list(server.log),
                            requests=list(server.requests), url=server.url)
@@ -239,6 +267,11 @@ def record(cli: str, scenario: str, keep: bool = False) -> dict[str, Any]:
                      for e in d["log"]],
         "stderr_tail": err_tail.replace(d["tmp"], "$TMP"),
     }
+    if "turn2" in d:
+        again, out2, rc2, err2 = d["turn2"]
+        (dest / f"{scenario}.turn2.ndjson").write_bytes(out2)
+        meta["turn2"] = {"argv": _scrub(again, d["url"]), "exit_code": rc2, "stdout_lines": out2.count(b"\n"),
+                         "stderr_tail": err2.decode("utf-8", "replace")[-2000:].replace(d["tmp"], "$TMP")}
     (dest / f"{scenario}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     if keep:
         (Path(d["tmp"]) / "requests.json").write_text(json.dumps(d["requests"], indent=1))
@@ -248,7 +281,8 @@ def record(cli: str, scenario: str, keep: bool = False) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cli", help="claude-code (both variants), claude-code-partial, codex, opencode")
+    ap.add_argument("--cli", help="claude-code (both variants), claude-code-partial, codex, opencode, "
+                                   "opencode-anthropic")
     ap.add_argument("--scenario")
     ap.add_argument("--keep", action="store_true", help="keep temp dirs and request bodies")
     a = ap.parse_args()

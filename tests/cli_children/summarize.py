@@ -132,10 +132,12 @@ def table() -> None:
                 else:
                     seq.append([tg, 1])
             flow = " → ".join(f"{a}×{n}" if n > 1 else a for a, n in seq)
-            meta = json.loads(p.with_suffix(".meta.json").read_text())
+            meta = json.loads((p.parent / f"{p.stem.split('.')[0]}.meta.json").read_text())
+            if p.stem.endswith(".turn2"):  # the resumed session's second invocation
+                meta = {**meta, **meta["turn2"], "model_requests": "(of the first's)"}
             if cli.startswith("claude"):
                 fin = "<br>".join(f"`{o['subtype']}` is_error={o['is_error']} terminal_reason={o.get('terminal_reason')} "
-                                  f"stop_reason={o.get('stop_reason')}: {_short(o['result'], 80)!r}"
+                                  f"stop_reason={o.get('stop_reason')}: {_short(o.get('result'), 80)!r}"
                                   for o in lines if o.get("type") == "result")
             elif cli == "codex":
                 msgs = [o["item"]["text"] for o in lines

@@ -19,11 +19,17 @@ A reply followed by the next one with only nudges and system lines in between wa
 ceiling (``stopReason: "max_tokens"``), so ``selection.joinContinuations`` answers it whole.
 The CLI's own messages are never output: they are stored empty, their text as the ``error``.
 
+A ``tool_use`` the ceiling cut is printed with ``input.__unparsedToolInput`` (and run, and
+answered with an error): it is the model's unfinished call, not output. It stays in its
+message's ``source``, out of its content, and the message is ``max_tokens``.
+
 Lines with ``parent_tool_use_id`` belong to a subagent the CLI ran through its ``Agent``
 (``Task``) tool: they go to the child run ``{runId}.{tool_use_id}``. A foreground subagent
-ends with the parent's tool result for its call (its output: ``tool_use_result.content``); a
-backgrounded one answers that call at once (``async_launched``) and ends at its
-``system/task_notification``.
+ends with the parent's tool result for its call (its output: ``tool_use_result.content`` when
+the line holds that one result, else the result block's own content); a backgrounded one
+answers that call at once (``async_launched``) and ends at its ``system/task_notification``,
+whose ``usage.total_tokens`` completes the child's usage. A subagent line printed after its
+child ended is kept on the run as ``x-claude-code-late-subagent``.
 
 Stream events that add nothing to what the ``assistant`` lines hold (block starts and stops,
 tool-input and signature deltas) are read and not stored; ``message_start``/``message_delta``
@@ -41,6 +47,9 @@ from lastword.rules.stop_reasons import is_error
 
 #: The tools through which Claude Code runs a subagent (``Task`` in older releases).
 SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
+#: The input key of a ``tool_use`` block whose input the output-token ceiling cut
+#: (``{raw, len}``: the unfinished JSON as received).
+UNPARSED_INPUT = "__unparsedToolInput"
 #: Stop reasons a reply may carry that §6 names (others, e.g. ``tool_use``, are not recorded).
 _MESSAGE_STOPS = {"max_tokens": "max_tokens", "end_turn": "end_turn", "stop_sequence": "stop_sequence",
                   "refusal": "refusal", "model_context_window_exceeded": "max_tokens"}
@@ -78,8 +87,8 @@ class ClaudeCodeAdapter(CliAdapter):
     format = "claude-code"
     command = "claude"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, turn: int = 1) -> None:
+        super().__init__(turn)
         self._contexts: dict[str | None, _Context] = {None: _Context(None)}
         #: Subagent type by the id of the ``Agent``/``Task`` call that started it.
         self._agents: dict[str, str | None] = {}
@@ -92,7 +101,7 @@ class ClaudeCodeAdapter(CliAdapter):
 
     # -- lines -------------------------------------------------------------------------------
 
-    def feed(self, index: int, line: Event) -> list[Made]:
+    def read(self, index: int, line: Event) -> list[Made]:
         if line.get("type") == "stream_event" and self._session is not None:
             made = self._delta(line)
             if made is not None:
@@ -107,6 +116,10 @@ class ClaudeCodeAdapter(CliAdapter):
         parent = line.get("parent_tool_use_id")
         if parent is not None and not isinstance(parent, str):
             raise self.refuse(index, "parent_tool_use_id", "expected a string or null")
+        if parent is not None and parent in self._contexts and self._contexts[parent].ended:
+            # The subagent's child run has ended (its tool result came first): its line is
+            # kept on the run, never refused for the ended child.
+            return [self.extension("late-subagent", event_id, line)]
         if kind == "assistant":
             return self._assistant(index, line, self._context(parent))
         if kind == "user":
@@ -141,6 +154,8 @@ class ClaudeCodeAdapter(CliAdapter):
             return None
         self.lines_read += 1
         context = self._contexts.get(parent) or self._context(parent)
+        if context.ended:
+            return None
         return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
 
     def assembled(self) -> list[Made]:
@@ -176,7 +191,11 @@ class ClaudeCodeAdapter(CliAdapter):
         for position, block in enumerate(content):
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise self.refuse(index, f"message.content.{position}", "expected a block with a type")
-            reply.blocks.append(self._block(index, block, position))
+            made_block = self._block(index, block, position)
+            if made_block is None:
+                reply.stop = "max_tokens"  # the ceiling cut the call: kept in source, not output
+            else:
+                reply.blocks.append(made_block)
         reply.raw.append(line)
         if isinstance(message.get("usage"), dict) and reply.usage is None:
             reply.usage = self._usage(index, message["usage"], "message.usage.")
@@ -185,7 +204,8 @@ class ClaudeCodeAdapter(CliAdapter):
             reply.stop = _MESSAGE_STOPS[stop]
         return made
 
-    def _block(self, index: int, block: Event, position: int) -> Event:
+    def _block(self, index: int, block: Event, position: int) -> Event | None:
+        """The §3 block of a content block; ``None`` for a tool call the output ceiling cut."""
         kind = block["type"]
         path = f"message.content.{position}."
         if kind == "text":
@@ -194,6 +214,10 @@ class ClaudeCodeAdapter(CliAdapter):
             call_id = self.need_str(index, block, "id", path)
             name = self.need_str(index, block, "name", path)
             tool_input = self.need(index, block, "input", dict, path)
+            if UNPARSED_INPUT in tool_input:
+                # What the CLI prints for a call whose input JSON the ceiling cut: the model's
+                # unfinished call, which the CLI runs and answers with an error.
+                return None
             if name in SUBAGENT_TOOLS:
                 agent = tool_input.get("subagent_type")
                 self._agents[call_id] = agent if isinstance(agent, str) else None
@@ -221,14 +245,18 @@ class ClaudeCodeAdapter(CliAdapter):
             event = {"type": "user/message", "eventId": event_id, "message": {"content": content},
                      "source": self.source([line])}
             return [*made, self._made(event, context)]
+        # The line-level tool_use_result is the result of the line's only call; with several
+        # calls each block answers its own.
+        line_result = line.get("tool_use_result") if len(results) == 1 else None
         for position, block in enumerate(results):
             call_id = self.need_str(index, block, "tool_use_id", f"message.content.{position}.")
-            result: Event = {"type": "tool/result", "eventId": event_id if len(results) == 1 else f"{event_id}:{position}",
+            result_id = event_id if len(results) == 1 else f"{event_id}:{position}"
+            result: Event = {"type": "tool/result", "eventId": result_id,
                              "toolCallId": call_id, "content": _tool_content(block.get("content")),
                              "isError": block.get("is_error") is True, "source": self.source([line])}
             made.append(self._made(result, context))
             if call_id in self._agents:
-                made.extend(self._subagent_answered(call_id, block, line, event_id))
+                made.extend(self._subagent_answered(call_id, block, line_result, result_id))
         return made
 
     def _stream_event(self, index: int, line: Event, event_id: str, context: _Context) -> list[Made]:
@@ -273,6 +301,9 @@ class ClaudeCodeAdapter(CliAdapter):
         error = context.last_error
         if subtype == "error_max_turns":
             stop = "max_turns"
+            errors = line.get("errors")
+            if isinstance(errors, list) and any(isinstance(text, str) for text in errors):
+                error = {"type": subtype, "message": "\n".join(text for text in errors if isinstance(text, str))}
         elif (error is not None and error["type"] == "max_output_tokens") or line.get("stop_reason") == "max_tokens":
             stop = "max_tokens"
         elif line.get("is_error") is True or subtype.startswith("error"):
@@ -341,6 +372,7 @@ class ClaudeCodeAdapter(CliAdapter):
                     made.append(self._made({"type": "assistant/message", "eventId": f"{event_id}:output",
                                             "message": {"content": [{"type": "text", "text": line["summary"]}]},
                                             "source": self.source([line])}, child))
+                made.extend(self._reported_usage(child, line, event_id))
                 stop = "completed" if line.get("status") == "completed" else "error"
                 made.append(self._end_child(child, stop, f"{event_id}:end", line))
         return made
@@ -353,9 +385,8 @@ class ClaudeCodeAdapter(CliAdapter):
             context = self._contexts[parent] = _Context(parent, self._agents.get(parent or ""))
         return context
 
-    def _subagent_answered(self, call_id: str, block: Event, line: Event, event_id: str) -> list[Made]:
-        result = line.get("tool_use_result")
-        result = result if isinstance(result, dict) else {}
+    def _subagent_answered(self, call_id: str, block: Event, line_result: Any, event_id: str) -> list[Made]:
+        result = line_result if isinstance(line_result, dict) else {}
         if result.get("status") == "async_launched" or result.get("isAsync") is True:
             self._background.add(call_id)
             return []  # backgrounded: it ends at its task_notification
@@ -375,6 +406,23 @@ class ClaudeCodeAdapter(CliAdapter):
         stop = "error" if block.get("is_error") is True else "completed"
         made.append(self._end_child(child, stop, f"{event_id}:end", None))
         return made
+
+    def _reported_usage(self, child: _Context, line: Event, event_id: str) -> list[Made]:
+        """What the notification's ``usage.total_tokens`` counts beyond the child's replies.
+
+        A subagent's lines carry their reply's ``message_start`` usage (output 1); the CLI's
+        own count of the subagent is only this total. The input counts are exact, so what is
+        missing is output: it comes as a usage-only message, and the child's sum is the CLI's."""
+        usage = line.get("usage")
+        total = usage.get("total_tokens") if isinstance(usage, dict) else None
+        if type(total) is not int:
+            return []
+        missing = total - sum(child.usage.values())
+        if missing <= 0:
+            return []
+        return [self._made({"type": "assistant/message", "eventId": f"{event_id}:usage",
+                            "message": {"content": [], "usage": {"inputTokens": 0, "outputTokens": missing}},
+                            "source": self.source([line])}, child)]
 
     def _end_child(self, child: _Context, stop: str, event_id: str, raw: Event | None) -> Made:
         child.ended = True

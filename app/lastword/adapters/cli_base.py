@@ -11,6 +11,9 @@ and a line may make events for a *child* run (a subagent the CLI ran inside the 
 ``eventId``s come from the CLI's own ids (a line's ``uuid``, a message id, an item or part id);
 a line without an id of its own gets the session's id, its type and its position among the
 body's lines of that type. Either way a body sent again from its start stores nothing twice.
+A CLI continuing its session in a later turn of the run (``codex exec resume``, ``claude
+--resume``) prints ids of that session again (Codex restarts its items at ``item_0``), so the
+eventIds of turn ``n`` ≥ 2 start with ``turn<n>:``; turn 1's are the CLI's own.
 """
 
 from __future__ import annotations
@@ -47,25 +50,35 @@ class CliAdapter(abc.ABC):
     #: The CLI's command name (``lastword run --format auto`` goes by it).
     command: ClassVar[str]
 
-    def __init__(self) -> None:
+    def __init__(self, turn: int = 1) -> None:
         #: Lines read so far.
         self.lines_read = 0
         self._stop = StreamStop(None, None)
         self._positions: Counter[str] = Counter()
+        self._turn = "" if turn == 1 else f"turn{turn}:"
 
-    @abc.abstractmethod
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""
+        return self._of_turn(self.read(index, line))
+
+    @abc.abstractmethod
+    def read(self, index: int, line: Event) -> list[Made]:
+        """:meth:`feed`, with the eventIds of turn 1."""
 
     def assembled(self) -> list[Made]:
         """What the lines read so far have assembled and not made yet (a message being built),
-        made now."""
+        made now, with the eventIds of turn 1."""
+        return []
+
+    def end(self) -> list[Made]:
+        """What the end of the body completes beyond what is assembled (a CLI whose turn ends
+        with its output, not with a line of its own: that end), with the eventIds of turn 1."""
         return []
 
     def finish(self) -> list[Made]:
-        """What the end of the body completes: what is assembled (and, for a CLI whose turn
-        ends with the body, the turn's end)."""
-        return self.assembled()
+        """What the end of the body completes: what is assembled, then the turn's end where the
+        body's end is it."""
+        return self._of_turn([*self.assembled(), *self.end()])
 
     def cut(self, index: int) -> list[Made]:
         """What the lines before line ``index`` assembled, made because the body cannot go on
@@ -73,10 +86,16 @@ class CliAdapter(abc.ABC):
         lost. Not the turn's end. A message made so is not the one the whole line would have
         completed: its id says where it was cut (``<id>:cut<index>``), so the body sent again,
         mended, stores its whole message beside it instead of clashing with it."""
-        made = self.assembled()
+        made = self._of_turn(self.assembled())
         for item in made:
             if item.event["type"] == "assistant/message":
                 item.event["eventId"] = f"{item.event['eventId']}:cut{index}"
+        return made
+
+    def _of_turn(self, made: list[Made]) -> list[Made]:
+        if self._turn:
+            for item in made:
+                item.event["eventId"] = self._turn + item.event["eventId"]
         return made
 
     @property

@@ -4,7 +4,11 @@ Codex prints ``thread.started`` → ``turn.started`` → items → ``turn.comple
 usage) or ``turn.failed``; an item is printed whole by ``item.completed`` (no text deltas), and
 retries and failures are top-level ``error`` lines.
 
-* ``item.completed`` of an ``agent_message`` → ``assistant/message`` holding its text.
+* ``item.completed`` of an ``agent_message`` → ``assistant/message`` holding its text, stored at
+  the next line; its text is streamed at once as an ``assistant/chunk`` (``…:chunk``). When that
+  next line is the ``item.started`` of a ``command_execution``/``mcp_tool_call``, the call is the
+  same response's (Codex prints a response's text and its call as two items), so the message
+  holds the text then the call, and the call's ``item.completed`` gives only its ``tool/result``.
 * A ``reasoning`` item is held and becomes a ``reasoning`` block placed first in the next
   ``agent_message``'s message. One that no ``agent_message`` follows before the turn's end (a
   ``turn.completed``/``turn.failed`` line, or the end of the body) is kept as
@@ -35,9 +39,10 @@ retries and failures are top-level ``error`` lines.
   ``thread.started`` and ``turn.started`` → ``x-codex-thread.started``/``x-codex-turn.started``
   (small, and the only record of the thread id); any other line kind → ``x-codex-<type>``.
 
-``item.started`` and ``item.updated`` are skipped: they announce an item that ``item.completed``
-then holds whole, so keeping them would store every command twice. An item started but never
-completed (the child was killed mid-command) therefore leaves no event.
+``item.started`` and ``item.updated`` are otherwise skipped: they announce an item that
+``item.completed`` then holds whole, so keeping them would store every command twice. An item
+started but never completed (the child was killed mid-command) therefore leaves no event, unless
+its start joined the agent message before it.
 
 Event ids: ``<thread_id>:<item id>`` for an item's event, ``…:result`` for its ``tool/result``;
 a line without an id of its own gets ``<thread_id>:<type>:<position among that type>``, and the
@@ -50,25 +55,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from lastword.adapters.base import usage_of
+from lastword.adapters.base import chunk, usage_of
 from lastword.adapters.cli_base import CliAdapter, Event, Made, StreamStop
 
 #: Line kinds that only announce what ``item.completed`` holds: skipped.
 SKIPPED = frozenset({"item.started", "item.updated"})
+#: Items that are a tool call and its result.
+CALLS = frozenset({"command_execution", "mcp_tool_call"})
 
 class CodexAdapter(CliAdapter):
     format = "codex"
     command = "codex"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, turn: int = 1) -> None:
+        super().__init__(turn)
         self._thread: str | None = None
         #: Reasoning items waiting for the next agent message: (block, raw line, item id).
         self._reasoning: list[tuple[dict[str, Any], Event, str]] = []
+        #: The agent message printed last, stored at the next line: (blocks, raw lines, eventId).
+        self._held: tuple[list[dict[str, Any]], list[Event], str] | None = None
+        #: The calls stored with the agent message before them: their completion is the result.
+        self._merged: set[str] = set()
 
-    def feed(self, index: int, line: Event) -> list[Made]:
+    def read(self, index: int, line: Event) -> list[Made]:
         self.lines_read += 1
         kind = self.need(index, line, "type", str)
+        if self._held is None:
+            return self._line(index, kind, line)
+        if kind == "item.started":
+            merged = self._merge(index, line)
+            if merged is not None:
+                return merged
+        return [self._release(), *self._line(index, kind, line)]
+
+    def _line(self, index: int, kind: str, line: Event) -> list[Made]:
         if kind in SKIPPED:
             item = self.need(index, line, "item", dict)
             self.need(index, item, "id", str, "item.")
@@ -88,7 +108,8 @@ class CodexAdapter(CliAdapter):
         return [self.extension(kind, self.positional_id(self._thread, kind), line)]
 
     def assembled(self) -> list[Made]:
-        return self._unanswered_reasoning()
+        held = [self._release()] if self._held is not None else []
+        return [*held, *self._unanswered_reasoning()]
 
     # Items.
 
@@ -104,41 +125,80 @@ class CodexAdapter(CliAdapter):
             blocks = [block for block, _, _ in self._reasoning] + [{"type": "text", "text": text}]
             raw = [held for _, held, _ in self._reasoning] + [line]
             self._reasoning = []
-            return [self._message(blocks, event_id, raw)]
+            # Held for the next line: a call starting there is the same response's (Codex prints
+            # text and command as two items), so both are one message. Subscribers see the text now.
+            self._held = (blocks, raw, event_id)
+            return [Made(chunk("text", text, f"{event_id}:chunk", self.source([line])))]
         if kind == "reasoning":
             text = self.need(index, item, "text", str, "item.")
             if not text.strip():
                 return [self.extension("reasoning", event_id, line)]
             self._reasoning.append(({"type": "reasoning", "text": text}, line, item_id))
             return []
+        if kind in CALLS and item_id in self._merged:
+            content, is_error = self._outcome(index, kind, item)
+            return [self._result(item_id, content, is_error, event_id, [line])]
+        if kind in CALLS:
+            content, is_error = self._outcome(index, kind, item)
+            return [self._message([self._call(kind, item, item_id)], event_id, [line]),
+                    self._result(item_id, content, is_error, event_id)]
+        return [self.extension(kind, event_id, line)]
+
+    @staticmethod
+    def _call(kind: str, item: dict[str, Any], item_id: str) -> dict[str, Any]:
+        """The ``tool_call`` block of a ``command_execution`` or ``mcp_tool_call`` item whose
+        names (``command``; ``server`` and ``tool``) were found to be strings."""
         if kind == "command_execution":
-            command = self.need(index, item, "command", str, "item.")
+            return {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": item["command"]}}
+        arguments = item.get("arguments")
+        return {"type": "tool_call", "id": item_id, "name": f"{item['server']}__{item['tool']}",
+                "input": arguments if isinstance(arguments, dict) else {"arguments": arguments}}
+
+    def _outcome(self, index: int, kind: str, item: dict[str, Any]) -> tuple[Any, bool]:
+        """A completed call's ``tool/result`` content and whether it failed."""
+        if kind == "command_execution":
+            self.need(index, item, "command", str, "item.")
             output = item.get("aggregated_output")
             exit_code = item.get("exit_code")
             if output is not None and not isinstance(output, str):
                 raise self.refuse(index, "item.aggregated_output", "expected a string")
             if exit_code is not None and (type(exit_code) is not int):
                 raise self.refuse(index, "item.exit_code", "expected an integer")
-            call = {"type": "tool_call", "id": item_id, "name": "shell", "input": {"command": command}}
-            return [self._message([call], event_id, [line]),
-                    self._result(item_id, output or "", exit_code != 0, event_id)]
-        if kind == "mcp_tool_call":
-            server = self.need(index, item, "server", str, "item.")
-            tool = self.need(index, item, "tool", str, "item.")
-            arguments = item.get("arguments")
-            call = {"type": "tool_call", "id": item_id, "name": f"{server}__{tool}",
-                    "input": arguments if isinstance(arguments, dict) else {"arguments": arguments}}
-            content, is_error = _mcp_result(item)
-            return [self._message([call], event_id, [line]), self._result(item_id, content, is_error, event_id)]
-        return [self.extension(kind, event_id, line)]
+            return output or "", exit_code != 0
+        self.need(index, item, "server", str, "item.")
+        self.need(index, item, "tool", str, "item.")
+        return _mcp_result(item)
+
+    def _merge(self, index: int, line: Event) -> list[Made] | None:
+        """The held agent message and the call starting on ``line``, as one message; ``None``
+        when ``line`` starts no call."""
+        item = self.need(index, line, "item", dict)
+        item_id = self.need(index, item, "id", str, "item.")
+        kind = item.get("type")
+        named = ("command",) if kind == "command_execution" else ("server", "tool")
+        if kind not in CALLS or not all(isinstance(item.get(key), str) for key in named):
+            return None  # an announcement is not checked: its item.completed is
+        call = self._call(kind, item, item_id)
+        assert self._held is not None
+        blocks, raw, event_id = self._held
+        self._held = None
+        self._merged.add(item_id)
+        return [self._message([*blocks, call], event_id, [*raw, line])]
+
+    def _release(self) -> Made:
+        """The held agent message, stored alone: no call followed it."""
+        assert self._held is not None
+        blocks, raw, event_id = self._held
+        self._held = None
+        return self._message(blocks, event_id, raw)
 
     def _message(self, content: list[dict[str, Any]], event_id: str, raw: list[Event]) -> Made:
         return Made({"type": "assistant/message", "message": {"content": content}, "eventId": event_id,
                      "source": self.source(raw)})
 
-    def _result(self, call_id: str, content: Any, is_error: bool, event_id: str) -> Made:
+    def _result(self, call_id: str, content: Any, is_error: bool, event_id: str, raw: list[Event] | None = None) -> Made:
         return Made({"type": "tool/result", "toolCallId": call_id, "content": content, "isError": is_error,
-                     "eventId": f"{event_id}:result", "source": self.source([])})
+                     "eventId": f"{event_id}:result", "source": self.source(raw or [])})
 
     def _unanswered_reasoning(self) -> list[Made]:
         made = [self.extension("reasoning", f"{self._thread or self.format}:{item_id}", raw)

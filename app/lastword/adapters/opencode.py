@@ -16,10 +16,15 @@ again under the same id, its last printing is kept, in its first one's place.
   ``total`` is the sum of all its counts — while the other formats count it inside output),
   ``cache.read`` → ``cacheReadTokens``, ``cache.write`` → ``cacheWriteTokens``. opencode's
   ``input`` already leaves the cached tokens out.
-* Its ``reason`` ends the turn unless it is ``tool-calls``: ``stop`` → ``completed``, ``length``
-  → ``max_tokens``, ``content-filter`` → ``refusal``, other values by the aliases of SPEC §6,
-  anything else → ``error`` naming it. The message then carries that ``stopReason`` and is
-  followed by its tool results and the ``turn/end``.
+* Its ``reason`` is the message's ``stopReason`` unless it is ``tool-calls``: ``stop`` →
+  ``completed``, ``length`` → ``max_tokens``, ``content-filter`` → ``refusal``, other values by
+  the aliases of SPEC §6, anything else → ``error`` naming it. It does not end the turn:
+  opencode goes on with another step after a ``length`` (when the cut step called a tool), so
+  the turn ends at the end of the body, with the last step's reason (none after a
+  ``tool-calls`` step: that turn did not finish).
+* A call of the tool ``invalid`` is what opencode makes of a call it could not read — the one
+  the output-token ceiling cut: it is not output. Its part stays in the message's ``source``,
+  out of its content (with its result), and the message gets ``stopReason: max_tokens``.
 * An ``error`` line ends the turn ``error`` with ``error: {name, message}`` (``data.message``).
 * A step left open is stored when the next ``step_start`` comes (opencode retries a failed model
   call under a new ``step_start`` for the same message), at an ``error`` line or at the end of
@@ -46,6 +51,8 @@ from lastword.rules.stop_reasons import normalise_stop_reason
 
 #: ``step_finish`` reasons that leave the turn open: the loop answers the tool calls.
 NOT_TERMINAL = frozenset({"tool-calls", "tool_calls"})
+#: The tool opencode substitutes for a call it could not read (its input cut by the ceiling).
+INVALID_TOOL = "invalid"
 
 @dataclass(slots=True)
 class _Step:
@@ -60,13 +67,15 @@ class OpencodeAdapter(CliAdapter):
     format = "opencode"
     command = "opencode"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, turn: int = 1) -> None:
+        super().__init__(turn)
         self._session: str | None = None
         self._step: _Step | None = None
         self._steps_of: Counter[str] = Counter()
+        #: The turn's end as the last step gave it, made at the end of the body.
+        self._ending: Event | None = None
 
-    def feed(self, index: int, line: Event) -> list[Made]:
+    def read(self, index: int, line: Event) -> list[Made]:
         self.lines_read += 1
         kind = self.need(index, line, "type", str)
         session = line.get("sessionID")
@@ -97,6 +106,13 @@ class OpencodeAdapter(CliAdapter):
 
     def assembled(self) -> list[Made]:
         return self._close_open()
+
+    def end(self) -> list[Made]:
+        # The body's end is the turn's: a step's length no longer ends it (SPEC §16a).
+        if self._ending is None:
+            return []
+        ending, self._ending = self._ending, None
+        return [Made(ending)]
 
     # Steps.
 
@@ -136,13 +152,14 @@ class OpencodeAdapter(CliAdapter):
         ))
         stop_reason, error = _stop_reason(reason)
         made = self._close_open(line, usage, stop_reason)
+        self._ending = None
         if stop_reason is not None:
             turn_end: Event = {"type": "turn/end", "stopReason": stop_reason}
             if error is not None:
                 turn_end["error"] = error
             turn_end["eventId"] = f"{part['id']}:end"
             turn_end["source"] = self.source([])
-            made.append(Made(turn_end))
+            self._ending = turn_end
         self._stop = StreamStop(reason, stop_reason, error)
         return made
 
@@ -164,6 +181,9 @@ class OpencodeAdapter(CliAdapter):
         for kind, part, _ in step.parts.values():
             if kind in ("text", "reasoning"):
                 content.append({"type": kind, "text": part["text"]})
+                continue
+            if part["tool"] == INVALID_TOOL:
+                stop_reason = "max_tokens"
                 continue
             state = part["state"]
             content.append({"type": "tool_call", "id": part["callID"], "name": part["tool"], "input": state["input"]})
@@ -197,6 +217,7 @@ class OpencodeAdapter(CliAdapter):
             raise self.refuse(index, "error.data.message", "expected a string")
         error = {key: value for key, value in (("name", name), ("message", text)) if value is not None}
         made = self._close_open()
+        self._ending = None
         made.append(Made({"type": "turn/end", "stopReason": "error", "error": error,
                           "eventId": self.positional_id(self._session, "error"), "source": self.source([line])}))
         self._stop = StreamStop("error", "error", error)

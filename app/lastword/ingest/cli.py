@@ -45,7 +45,7 @@ async def ingest_cli_stream(
     if kind not in NDJSON_TYPES and kind != "application/json":
         raise UnsupportedMedia(f"expected application/x-ndjson (one line a JSON object) or application/json, got {kind!r}")
     run = await service.get_run(run_id)  # 404 before reading a byte
-    adapter = CLI_ADAPTERS[format]()
+    adapter = CLI_ADAPTERS[format](run.turn)  # a later turn's eventIds are its own (§16a)
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
     # A child streams its whole run through one body: NDJSON is held to a line limit, never a
     # total (a JSON array is read whole, so it keeps the body limit).
