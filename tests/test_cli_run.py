@@ -335,3 +335,22 @@ def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_pat
         assert len(ids) == len(set(ids))
     finally:
         server.stop()
+
+
+def test_the_output_of_an_exited_child_is_offered_for_retry_seconds(tmp_path: Path, child: list[str]) -> None:
+    """The service goes away for good while the child runs: once the child exited, its output is
+    sent again for --retry-seconds, then lastword run gives up with 8 (unreachable)."""
+    server = ServerProcess(server_env(tmp_path / "lastword.db"), cwd=REPO).start()
+    try:
+        run_id = f"gone-{time.time_ns()}"
+        process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, "--retry-seconds", "0.5",
+                               command=child)
+        feed(process, THREAD, TURN, message(0, "zero"))
+        wait_for_messages(server.url, run_id, 1)
+        server.kill()
+        feed(process, message(1, "one"), COMPLETED, "exit 0\n")
+        _, err = process.communicate(timeout=WAIT)  # the default, 120 s, would outlast this
+        assert process.returncode == 8, err
+        assert b"cannot reach the service" in err
+    finally:
+        server.stop()

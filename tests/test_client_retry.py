@@ -80,7 +80,7 @@ def test_the_stream_pusher_pauses_by_the_helper(pauses: list[int]) -> None:
             raise httpx.ConnectError("dropped", request=httpx.Request("POST", "http://lastword.test/"))
         sent.append(pieces)
 
-    with StreamPusher(send, idle=0.05, attempts=3, backoff=0.01) as pusher:
+    with StreamPusher(send, idle=0.05, backoff=0.01) as pusher:
         pusher.push_text("hello")
         pusher.flush()
     assert b"hello" in sent[-1]

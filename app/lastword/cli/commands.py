@@ -36,6 +36,7 @@ import httpx
 
 from lastword import __version__
 from lastword.client.core import LastwordAPIError, LastwordClient, StreamMessage
+from lastword.client.retry import RETRY_SECONDS
 from lastword.schemas import Run
 from lastword.settings import Settings
 
@@ -144,7 +145,9 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace, reconnects: int | None = None) -> LastwordClient:
-    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects)
+    retry_seconds = getattr(args, "retry_seconds", RETRY_SECONDS)  # ``run``'s --retry-seconds
+    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects,
+                          retry_seconds=retry_seconds)
 
 
 def _tail(args: argparse.Namespace) -> int:
@@ -286,7 +289,7 @@ def _run(args: argparse.Namespace) -> int:
         with _client(args) as client:
             outcome = run.run_child(client, command, format=format, run_id=args.run_id,
                                     parent_run_id=args.parent, agent=args.agent, lease_seconds=args.lease,
-                                    retry_seconds=args.retry_seconds, kill_after=args.kill_after)
+                                    kill_after=args.kill_after)
     except run.UsageError as error:
         print(f"lastword run: {error}", file=sys.stderr)
         return run.USAGE
@@ -473,8 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lease", type=_seconds, metavar="SECONDS",
                      help="the run's lease (default: the service's); a blank line keeps it while COMMAND is silent")
     run.add_argument("--retry-seconds", type=_seconds, default=RUN_RETRY_SECONDS, metavar="SECONDS",
-                     help="how long the output is sent again to a service that cannot take it after COMMAND "
-                     f"exited (default {RUN_RETRY_SECONDS:g})")
+                     help="how long COMMAND's output is sent again to a service that cannot take it "
+                     f"(failures in a row; default {RUN_RETRY_SECONDS:g})")
     run.add_argument("--kill-after", type=_seconds, default=RUN_KILL_AFTER, metavar="SECONDS",
                      help="SIGKILL for COMMAND this long after a SIGINT or SIGTERM passed on to it "
                      f"(default {RUN_KILL_AFTER:g})")

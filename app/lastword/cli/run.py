@@ -5,9 +5,10 @@ error are the command's own), and streams every line the child prints into
 ``POST /v1/runs/{runId}/ingest/{format}`` (SPEC §16) as one long-lived request: a line is written
 the moment it is read, so subscribers see the child's progress live.
 
-**Nothing printed is lost.** Every line read is kept in memory until the request is answered. If
-the request fails (the service restarted, the network dropped), a new one sends the child's
-whole output so far again from its first line, then goes on with the new lines: the service
+**Nothing printed is lost.** Every line read is kept in memory (by the client,
+:mod:`lastword.client.replay`) until the request is answered. If the request fails (the service
+restarted, the network dropped), a new one sends the child's whole output so far again from its
+first line, then goes on with the new lines: the service
 derives ``eventId``s from the CLI's own ids and from each line's position in the body, so the
 lines sent twice are counted as duplicates, not stored twice. This is also why the output is not
 cut into several requests the way :mod:`lastword.client.stream_pusher` rolls its requests over:
@@ -16,9 +17,10 @@ is silent, a blank line is written every ``KEEPALIVE`` seconds, or every third o
 when that is shorter (``--lease`` sets it): the service renews the lease while a body's bytes keep
 arriving, so a child silent for longer than its lease (a long build, a subagent whose lines the
 CLI does not print) keeps its turn. A failed request (a lost connection, or a 502, 503 or 504
-from a replica that is restarting or draining) is sent again with growing pauses as long as the
-child runs, and for ``--retry-seconds`` after it exited; a rolling restart of the service thus
-never changes the child's answer.
+from a replica that is restarting or draining) is sent again with growing pauses for
+``--retry-seconds`` of failures in a row; a rolling restart of the service thus never changes
+the child's answer. A service still gone after that is given up (exit status 8): the child
+runs on, its output unsent.
 
 **The end.** When the child has exited and the request is answered, a turn the output did not end
 itself (no terminal line) is ended ``error`` with ``error.type: "no_terminal_event"``, whatever
@@ -79,12 +81,8 @@ EXIT_STATUSES = {
 #: Seconds of silence after which a blank line is written (the service's body time-out is 30 s);
 #: shorter for a run whose lease is shorter than three times this.
 KEEPALIVE = 10.0
-#: Seconds a reconnect waits at most; the pauses before grow from ``FIRST_PAUSE``.
-LONGEST_PAUSE = retry.MAX_PAUSE
-FIRST_PAUSE = 0.2
-#: Seconds the output of a child that exited is still offered to a service that cannot be reached
-#: (``--retry-seconds``).
-RETRY_SECONDS = 120.0
+#: Seconds of failures in a row for which the output is sent again (``--retry-seconds``).
+RETRY_SECONDS = retry.RETRY_SECONDS
 #: Seconds a child is given to exit after the signal passed on to it, before SIGKILL (``--kill-after``).
 KILL_AFTER = 10.0
 
@@ -119,48 +117,42 @@ def keepalive_every(keepalive: float, lease_seconds: float) -> float:
 
 
 class ChildOutput:
-    """The lines a child printed, kept, and bodies that send them from the first line on."""
+    """The lines a child prints, handed to the request as they are read (the client keeps them
+    for a request sent again); a blank line after ``keepalive`` seconds of silence."""
 
     def __init__(self, keepalive: float = KEEPALIVE) -> None:
         self._keepalive = keepalive
-        self._lines: list[bytes] = []
+        self._pending: list[bytes] = []
         # Reentrant: ``end`` is called from a signal handler, which runs in the thread that may
         # be inside ``append``.
         self._changed = threading.Condition(threading.RLock())
-        #: When the child's output ended (``time.monotonic()``), or None while it runs.
-        self.ended_at: float | None = None
-
-    def __len__(self) -> int:
-        return len(self._lines)
+        self._ended = False
 
     def append(self, line: bytes) -> None:
-        """Keep a line; after :meth:`end` (a signal cut the output short) it is dropped."""
+        """A line read; after :meth:`end` (a signal cut the output short, or the service is given
+        up) it is dropped."""
         if not line.endswith(b"\n"):
             line += b"\n"  # the last line of an output that does not end with a newline
         with self._changed:
-            if self.ended_at is None:
-                self._lines.append(line)
+            if not self._ended:
+                self._pending.append(line)
                 self._changed.notify_all()
 
     def end(self) -> None:
         with self._changed:
-            if self.ended_at is None:
-                self.ended_at = time.monotonic()
+            self._ended = True
             self._changed.notify_all()
 
-    def body(self) -> Iterator[bytes]:
-        """Every line from the first, each written as soon as it is read, until the output ends;
-        a blank line after ``keepalive`` seconds of silence."""
-        sent = 0
+    def lines(self) -> Iterator[bytes]:
+        """The lines as they are read, until the output ends."""
         while True:
             with self._changed:
-                if sent == len(self._lines) and self.ended_at is None:
+                if not self._pending and not self._ended:
                     self._changed.wait(self._keepalive)
-                lines = self._lines[sent:]
-                ended = self.ended_at is not None
-            sent += len(lines)
-            if lines:
-                yield b"".join(lines)
+                taken, self._pending = self._pending, []
+                ended = self._ended
+            if taken:
+                yield b"".join(taken)
             elif ended:
                 return
             else:
@@ -176,32 +168,20 @@ class Delivery:
     failure: BaseException | None = None
 
 
-def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutput, delivery: Delivery,
-            retry_seconds: float = RETRY_SECONDS) -> None:
-    """Send the output until the service answers it; after a failure, again from the first line,
-    while the child runs and for ``retry_seconds`` after its output ended."""
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            delivery.answer = client.ingest_cli_stream(run_id, format, output.body())
-            return
-        except LastwordAPIError as error:
-            if not retry.is_retried(error):
-                delivery.refusal = error
-                return
-            failure: BaseException = error
-        except Exception as error:
-            if not retry.is_retried(error):
-                delivery.failure = error
-                return
-            failure = error
-        if output.ended_at is not None and time.monotonic() - output.ended_at > retry_seconds:
-            delivery.failure = failure
-            return
-        # A connection that lived a while was not refused at once: start the pauses again.
-        failures = 1 if time.monotonic() - started > LONGEST_PAUSE else failures + 1
-        time.sleep(retry.pause(FIRST_PAUSE, failures))
+def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutput, delivery: Delivery) -> None:
+    """Send the output; the client sends it again from the first line after a failure, for its
+    ``retry_seconds`` of failures in a row."""
+    try:
+        delivery.answer = client.ingest_cli_stream(run_id, format, output.lines())
+    except LastwordAPIError as error:
+        if retry.is_retried(error):
+            delivery.failure = error
+        else:
+            delivery.refusal = error
+    except Exception as error:  # a lost connection, or anything else that ended the tries
+        delivery.failure = error
+    finally:
+        output.end()  # what the child prints from now on has nowhere to go
 
 
 def _exit_words(status: int) -> str:
@@ -224,7 +204,7 @@ class Outcome:
 def run_child(
     client: LastwordClient, command: Sequence[str], *, format: str, run_id: str | None = None,
     parent_run_id: str | None = None, agent: str | None = None, lease_seconds: float | None = None,
-    keepalive: float = KEEPALIVE, retry_seconds: float = RETRY_SECONDS, kill_after: float = KILL_AFTER,
+    keepalive: float = KEEPALIVE, kill_after: float = KILL_AFTER,
 ) -> Outcome:
     """Create the run, run ``command`` with its output streamed into it, end the turn if the
     output did not, and return the turn's result (see the module's docstring)."""
@@ -240,7 +220,7 @@ def run_child(
         raise CommandNotRun(NOT_EXECUTABLE, f"{command[0]}: {error.strerror or error}") from error
     output = ChildOutput(keepalive_every(keepalive, run.leaseSeconds))
     delivery = Delivery()
-    sender = threading.Thread(target=deliver, args=(client, run.runId, format, output, delivery, retry_seconds),
+    sender = threading.Thread(target=deliver, args=(client, run.runId, format, output, delivery),
                               name="lastword-run-sender", daemon=True)
     sender.start()
     # Set by the first signal, or once the child has exited (the escalation then has nothing to do).
