@@ -40,6 +40,7 @@ SCENARIOS = {
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",
+    "t": "bench.ds_stall",
     "v": "bench.instructions",
     "w": "bench.webhooks",
     "z": "bench.noop",
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmark lastword against real servers on loopback (issue 4, scenarios a-g; "
-                    "issue 8, h; i; issue 15, j; webhooks, w; issue 24's rollout, r; Durable Streams beside the Node reference server, s).",
+                    "issue 8, h; i; issue 15, j; webhooks, w; issue 24's rollout, r; Durable Streams beside the Node reference server, s; "
+                    "another writer during a maximal /ds JSON append, t).",
         epilog="example: python -m bench --quick --only a,b",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a CI smoke run (well under 2 minutes)")

@@ -6,7 +6,7 @@ path) is posted to a fresh run while a second connection asks ``GET /healthz`` b
 Every ``/healthz`` answered while the batch was in flight (from the first byte sent to its
 answer) counts; the figure is the slowest one. Parsing, validating and encoding such a batch
 used to hold the loop for seconds; they now run in bounded slices with the loop free between
-them (``lastword.http.json_input``), so a probe waits for one slice at most.
+them (``lastword.ingest.json_input``), so a probe waits for one slice at most.
 
 The baseline is the same ``/healthz`` loop with nothing else going on.
 """

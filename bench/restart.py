@@ -1,7 +1,7 @@
 """(g) Restart: from process start to ready with 100k and 1M events in the log, and right results.
 
-The log is built quickly through the service's own store (``RunService`` over the SQLite
-store, in this process: no HTTP, the same transactions), then a fresh server process is
+The log is built quickly through the service's own core (:func:`lastword.core.open_core` over
+the SQLite store, in this process: no HTTP, the same transactions), then a fresh server process is
 started on it. Ten runs share the events:
 
 * four ended (their results were stored when they ended),
@@ -23,7 +23,7 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import http
 from bench.context import Context
@@ -32,25 +32,27 @@ from bench.server import Server
 from bench.workload import delta_blocks, mixed_events
 from tests.reference import ReferenceTurn
 
+if TYPE_CHECKING:
+    from lastword.service import RunService
+
 TITLE = "Restart: process start to ready, and open turns' results after it"
 RUNS = 10
 
 
 async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]:
     """Fill the log; what each run's result must be: ``{run_id: {status, stopReason, output}}``."""
-    from lastword.factory import open_store
-    from lastword.fanout.hub import Hub
-    from lastword.fanout.local import LocalFanout
-    from lastword.metrics import Metrics
-    from lastword.rules.records import NewRun
-    from lastword.ds_service import StreamService
-    from lastword.service import RunService
+    from lastword.core import open_core
     from lastword.settings import Settings
 
-    store = open_store(Settings(database_url=url))
-    await store.open()
-    now = RunService(store, LocalFanout(Hub()), StreamService(store), Metrics())
-    hour_ago = RunService(store, LocalFanout(Hub()), StreamService(store), Metrics(), clock=lambda: time.time() - 3600)
+    # The expired run is written an hour in the past: its lease has run out when the server starts.
+    behind = [0.0]
+    async with open_core(Settings(database_url=url), clock=lambda: time.time() - behind[0], background=False) as core:
+        return await _fill(core.runs, behind, total, layout)
+
+
+async def _fill(service: RunService, behind: list[float], total: int, layout: str) -> dict[str, dict[str, Any]]:
+    from lastword.rules.records import NewRun
+
     expected: dict[str, dict[str, Any]] = {}
     if layout == "single":
         plan = [("g-single-open", "deltas", "open", total)]
@@ -59,27 +61,24 @@ async def _build(url: str, total: int, layout: str) -> dict[str, dict[str, Any]]
         plan = [(f"g-ended-{i}", "mixed", "ended", each) for i in range(4)]
         plan += [(f"g-open-{i}", "mixed", "open", each) for i in range(4)]
         plan += [("g-open-deltas", "deltas", "open", each), ("g-expired", "mixed", "expired", each)]
-    try:
-        for number, (run_id, kind, fate, count) in enumerate(plan):
-            service = hour_ago if fate == "expired" else now
-            await service.create(NewRun(run_id=run_id, lease_seconds=600 if fate == "expired" else 3600))
-            rule = ReferenceTurn()
-            if kind == "deltas":
-                blocks = delta_blocks(count, seed=100 + number, block=1000)
-            else:
-                events = mixed_events(count, seed=100 + number)
-                blocks = (events[i:i + 1000] for i in range(0, count, 1000))
-            for block in blocks:
-                for event in block:
-                    rule.add(event)
-                await service.append(run_id, block)
-            if fate == "ended":
-                await service.end(run_id, "completed", None)
-            status, stop = {"ended": ("ended", "completed"), "open": ("running", None),
-                            "expired": ("ended", "timeout")}[fate]
-            expected[run_id] = {"status": status, "stopReason": stop, "output": rule.output()}
-    finally:
-        await store.close()
+    for number, (run_id, kind, fate, count) in enumerate(plan):
+        behind[0] = 3600.0 if fate == "expired" else 0.0
+        await service.create(NewRun(run_id=run_id, lease_seconds=600 if fate == "expired" else 3600))
+        rule = ReferenceTurn()
+        if kind == "deltas":
+            blocks = delta_blocks(count, seed=100 + number, block=1000)
+        else:
+            events = mixed_events(count, seed=100 + number)
+            blocks = (events[i:i + 1000] for i in range(0, count, 1000))
+        for block in blocks:
+            for event in block:
+                rule.add(event)
+            await service.append(run_id, block)
+        if fate == "ended":
+            await service.end(run_id, "completed", None)
+        status, stop = {"ended": ("ended", "completed"), "open": ("running", None),
+                        "expired": ("ended", "timeout")}[fate]
+        expected[run_id] = {"status": status, "stopReason": stop, "output": rule.output()}
     return expected
 
 

@@ -42,6 +42,7 @@ DEFAULT_MODULES = ["rules/fold", "rules/tool_result", "rules/stop_reasons", "rul
 DEFAULT_TESTS = [
     "tests/test_fold.py",
     "tests/test_fold_join.py",
+    "tests/test_texts.py",
     "tests/test_transcript.py",
     "tests/test_tool_result.py",
     "tests/test_stop_reasons.py",

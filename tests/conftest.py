@@ -105,6 +105,41 @@ def pytest_sessionfinish() -> None:
     JANITOR.finish()
 
 
+#: Fixtures that give a test a database or a running server.
+SERVER_FIXTURES = frozenset({"api", "base_url", "client", "shared_api", "shared_base_url", "database_url",
+                             "make_settings", "backend", "server_process", "secured_url", "docs_url"})
+#: Words in a test module's source that say its tests start processes or servers of their own,
+#: or open a database.
+PROCESS_WORDS = re.compile(r"ServerProcess|threaded_server|threaded_app_server|serving(_process)?\(|subprocess|"
+                           r"Popen|run_cli|create_subprocess|\bServer\(|open_core|open_store|SqliteStore|"
+                           r"PostgresStore|sqlite3|from bench\b|import bench\b")
+#: Words that say a module drives the real agent CLIs (tests/cli_children).
+CLI_WORDS = re.compile(r"run_cli|LASTWORD_REQUIRE_CLIS|node_modules/\.bin")
+
+
+@functools.cache
+def _module_needs(path: Path) -> tuple[bool, bool]:
+    source = path.read_text()
+    return bool(PROCESS_WORDS.search(source)), bool(CLI_WORDS.search(source))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what each test needs, so a run can pick (``pytest -m unit`` in well under a minute):
+    ``unit`` needs nothing (no server, database, process, browser or CLI); ``server`` a database
+    or a lastword server (in process or not); ``clis`` the real agent CLIs; ``browser``,
+    ``container`` and ``postgres`` as their modules and parameters say."""
+    for item in items:
+        processes, clis = _module_needs(Path(str(item.fspath)))
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if clis:
+            item.add_marker(pytest.mark.clis)
+        kinds = {mark.name for mark in item.iter_markers()}
+        if processes or fixtures & SERVER_FIXTURES or kinds & {"postgres", "slow"}:
+            item.add_marker(pytest.mark.server)
+        elif not kinds & {"browser", "container", "clis"}:
+            item.add_marker(pytest.mark.unit)
+
+
 @contextlib.contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema for one test, dropped afterwards; yields a database URL that uses it."""

@@ -67,7 +67,7 @@ def threaded_server(settings: Settings, clock: Callable[[], float] = time.time) 
 
 @contextmanager
 def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.time) -> Iterator[tuple[str, Any]]:
-    """:func:`threaded_server`, yielding the app too (its ``state.service`` once started), for
+    """:func:`threaded_server`, yielding the app too (its ``state.core`` once started), for
     tests that order an event inside the server with a hook."""
     # The socket is bound here and handed to uvicorn: a port picked free and bound later can be
     # taken in between (another xdist worker's outgoing connection draws from the same range),
@@ -101,10 +101,12 @@ def threaded_app_server(settings: Settings, clock: Callable[[], float] = time.ti
 class ServerProcess:
     """``lastword serve`` in its own process, so a test can ``kill -9`` and restart it."""
 
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, command: list[str] | None = None) -> None:
         self.port = free_port()
         self.env = {**os.environ, **env, "LASTWORD_PORT": str(self.port), "LASTWORD_HOST": "127.0.0.1"}
         self.cwd = cwd
+        #: What runs the server: ``lastword serve`` unless a test names its own launcher.
+        self.command = command or [sys.executable, "-m", "lastword.cli", "serve"]
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}"
         # One file per server object: its restarts append to it, nothing else does.
@@ -116,7 +118,7 @@ class ServerProcess:
         # The log goes to a file: a pipe nobody drains fills up and blocks the server.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "lastword.cli", "serve"], env=self.env, cwd=self.cwd,
+            self.command, env=self.env, cwd=self.cwd,
             stdout=subprocess.DEVNULL, stderr=self._log,
         )
         deadline = time.monotonic() + timeout

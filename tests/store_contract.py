@@ -37,7 +37,7 @@ from lastword.errors import (
     TurnNotFound,
     UnstorableValue,
 )
-from lastword.factory import open_store
+from lastword.registry import open_store
 from lastword.settings import Settings
 from lastword.rules.ds import Producer
 from lastword.rules.records import WebhookTarget
@@ -76,7 +76,7 @@ STARTER = textwrap.dedent(
     """
     import asyncio, sys, time
     from lastword.settings import Settings
-    from lastword.factory import open_store
+    from lastword.registry import open_store
 
     async def main() -> None:
         store = open_store(Settings(database_url=sys.argv[1], lease_seconds=0))

@@ -94,6 +94,9 @@ def test_push_events_then_result(api: httpx.Client, base_url: str) -> None:
     assert result["output"] == [{"type": "text", "text": "answer"}] and result["stopReason"] == "completed"
     tool = json.loads(lastword("result", run, "--url", base_url, "--tool").stdout)
     assert tool == {"content": [{"type": "text", "text": "answer"}], "isError": False}
+    assert "texts" not in result
+    texts = json.loads(lastword("result", run, "--url", base_url, "--texts").stdout)
+    assert texts["texts"] == ["answer"] and texts["output"] == result["output"]
 
 
 def test_push_text_keeps_characters_split_across_reads(api: httpx.Client, base_url: str) -> None:
@@ -104,6 +107,36 @@ def test_push_text_keeps_characters_split_across_reads(api: httpx.Client, base_u
     assert pushed.returncode == 0, pushed.stderr
     api.post(f"/v1/runs/{run}/end", json={"stopReason": "cancelled"}).raise_for_status()
     assert api.get(f"/v1/runs/{run}/result").json()["output"] == [{"type": "text", "text": text}]
+
+
+def test_push_takes_a_line_holding_an_array_of_events(api: httpx.Client, base_url: str) -> None:
+    """A line may be what POST /events takes: one event, or an array of them."""
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    line = json.dumps([{"type": "assistant/chunk", "delta": {"type": "text", "text": "x"}},
+                       {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "both"}]}}])
+    pushed = lastword("push", run, "--url", base_url, stdin=line.encode())
+    assert pushed.returncode == 0, pushed.stderr
+    assert b"accepted 2" in pushed.stdout
+
+
+@pytest.mark.parametrize(("line", "said"), [("\"text\"", "a string"), ("3", "a number"), ("null", "null"),
+                                            ("[1, 2]", "an array holding something other than objects")])
+def test_push_refuses_a_line_that_is_no_event_in_one_line(api: httpx.Client, base_url: str, line: str,
+                                                           said: str) -> None:
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    pushed = lastword("push", run, "--url", base_url, stdin=line.encode())
+    assert pushed.returncode == 2
+    assert pushed.stderr.decode().strip() == (
+        f"lastword push: line 1: a line is one event (a JSON object) or an array of them, not {said}")
+    assert api.get(f"/v1/runs/{run}/result").json()["output"] == []
+
+
+def test_push_text_refuses_what_is_not_utf8_in_one_line(api: httpx.Client, base_url: str) -> None:
+    run = api.post("/v1/runs", json={}).json()["runId"]
+    pushed = lastword("push", run, "--text", "--url", base_url, stdin="ok ".encode() + b"\xff\xfe tail")
+    assert pushed.returncode == 2
+    error = pushed.stderr.decode().strip()
+    assert error.startswith("lastword push: standard input is not UTF-8 text (byte 3)") and "\n" not in error
 
 
 def test_tail_follows_a_run_to_its_end(api: httpx.Client, base_url: str) -> None:

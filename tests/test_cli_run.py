@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lastword.cli.run import format_of
 from tests.servers import ServerProcess
 from tests.polling import wait_until
 
@@ -199,6 +200,14 @@ def test_format_auto_goes_by_the_commands_name(server: ServerProcess, tmp_path: 
     _, err = unknown.communicate(timeout=WAIT)
     assert unknown.returncode == 2
     assert b"--format" in err
+
+
+@pytest.mark.parametrize(("path", "fmt"), [("/usr/local/bin/claude", "claude-code"), ("codex", "codex"),
+                                           ("/opt/bin/opencode", "opencode")])
+def test_format_auto_knows_each_cli_by_its_command_name(path: str, fmt: str) -> None:
+    """Each CLI ingest format is picked by its command's file name; one asked for is kept."""
+    assert format_of([path, "run"], "auto") == fmt
+    assert format_of([path, "run"], "codex") == "codex"
 
 
 def test_sigterm_is_passed_to_the_child_and_ends_the_turn_cancelled(server: ServerProcess, child: list[str]) -> None:

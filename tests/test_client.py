@@ -65,6 +65,9 @@ def test_the_whole_loop_with_typed_answers(client: LastwordClient) -> None:
     result = client.wait_result(run.runId, timeout=5)
     assert result.output == [{"type": "text", "text": "done"}]
     assert result.usage.outputTokens == 4
+    assert result.texts is None
+    assert client.result(run.runId, texts=True).texts == ["done"]
+    assert client.wait_result(run.runId, timeout=5, texts=True).texts == ["done"]
     tool = client.tool_result(run.runId)
     assert tool is not None and tool.content[0].text == "done" and not tool.isError
 
@@ -143,8 +146,9 @@ def test_async_client_matches_the_sync_one(base_url: str) -> None:
             run = await client.create_run(agent="async")
             await client.push_events(run.runId, [MESSAGE])
             await client.end(run.runId, "max_tokens")
-            result = await client.wait_result(run.runId, timeout=5)
-            assert result.stopReason == "max_tokens" and result.isError
+            result = await client.wait_result(run.runId, timeout=5, texts=True)
+            assert result.stopReason == "max_tokens" and result.isError and result.texts == ["done"]
+            assert (await client.result(run.runId, texts=True)).texts == ["done"]
             tool = await client.tool_result(run.runId)
             assert tool is not None and tool.isError and "done" in tool.content[0].text
             return [message.event async for message in client.stream(run.runId, after=0)]

@@ -213,3 +213,23 @@ def test_compose_replicas_answer_their_service_names() -> None:
     for name in replicas:
         allowed = compose["services"][name]["environment"].get("LASTWORD_ALLOWED_HOSTS", "")
         assert name in [host.strip() for host in allowed.split(",")], (name, allowed)
+
+
+def test_compose_publishes_on_loopback_unless_told() -> None:
+    """Replicas without tokens are published on 127.0.0.1 unless LASTWORD_PUBLISH says otherwise."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    replicas = {name: service for name, service in compose["services"].items() if name.startswith("lastword")}
+    for name, service in replicas.items():
+        for port in service["ports"]:
+            assert str(port).startswith("${LASTWORD_PUBLISH:-127.0.0.1}:"), (name, port)
+
+
+def test_the_readmes_docker_run_publishes_on_loopback_and_outlasts_the_drain() -> None:
+    from lastword.settings import Settings
+
+    [line] = [line for line in (ROOT / "README.md").read_text().splitlines() if "docker run" in line and "-p" in line]
+    assert re.search(r" -p 127\.0\.0\.1:\d+:8000 ", line), line
+    stop = re.search(r"--stop-timeout (\d+)", line)
+    assert stop is not None and float(stop.group(1)) > Settings.model_fields["drain_seconds"].default, line

@@ -137,7 +137,7 @@ def test_the_tree_live_text_stop_reasons_and_recovery_after_a_restart(browser: A
             expect(tab.row(truncated)).to_contain_text("max tokens")
             expect(tab.row(cancelled)).to_contain_text("Cancelled")
             expect(tab.row(running)).to_contain_text("running")
-            expect(tab.row(running)).to_contain_text("streaming…")
+            expect(tab.row(running)).not_to_contain_text("streaming…")  # nothing said it streams
             expect(tab.row(truncated)).to_contain_text("2.6k in · 4.2k out")
             plain = badge_colour(tab, running)  # a turn still running has no stop reason to flag
             assert plain == "rgba(0, 0, 0, 0)"
@@ -359,6 +359,27 @@ def test_the_transcript_is_shown_where_the_server_has_one(browser: Any, tmp_path
                 expect(page.locator("#d-transcript")).to_contain_text("Three callers.")
             else:
                 expect(page.locator("#d-transcript-sec")).to_be_hidden()
+        finally:
+            tab.close()
+
+
+def test_a_run_that_never_streamed_is_not_shown_streaming(browser: Any, tmp_path: Path) -> None:
+    """A parent whose own turn never streamed: its row says only that it has not ended, and its
+    pane says "no text yet" until its first text arrives, then "streaming…"."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        parent = create_run(api, agent="orchestrator")
+        create_run(api, agent="worker", parentRunId=parent)
+        tab = Tab(browser, f"{url}/dashboard#run={parent}")
+        page = tab.page
+        try:
+            expect(page.locator("#d-badges")).to_contain_text("no text yet")
+            expect(tab.row(parent)).to_contain_text("running")
+            expect(tab.row(parent)).not_to_contain_text("streaming…")
+            push_text(api, parent, "now it speaks")
+            expect(page.locator("#d-live")).to_have_text("now it speaks")
+            expect(page.locator("#d-badges")).to_contain_text("streaming…")
+            expect(tab.row(parent)).not_to_contain_text("streaming…")
         finally:
             tab.close()
 

@@ -116,9 +116,9 @@ def test_readers_parked_on_replica_b_are_woken_when_its_notices_are_lost(make_se
     each parked (B counts it) before A's write, hear it though no notice of it reached them."""
     settings = make_settings(keepalive_seconds=300.0, ds_sse_seconds=600.0)
     with threaded_server(settings) as a, threaded_app_server(settings) as (b, app):
-        streams = app.state.service.streams
+        streams = app.state.core.streams
         # B keeps no backlog of notices: every notice overflows it and is dropped, unread.
-        app.state.service._fanout.listener.max_pending = 0
+        app.state.core.runs._fanout.listener.max_pending = 0
         created = httpx.put(f"{a}/ds/shared/lost", headers={"Content-Type": "application/json"})
         assert created.status_code == 201, created.text
         run = httpx.put(f"{a}/ds/runs/lost-run", headers={"Content-Type": "application/json"})

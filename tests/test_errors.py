@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lastword.errors import HttpError, LastwordError, every_error_class, problem_document
+from lastword.errors import DsRefusal, HttpError, LastwordError, every_error_class, problem_document
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `([a-z0-9_]+)` \| (\d{3}|4xx) \|", re.MULTILINE)
@@ -20,7 +20,8 @@ def test_every_code_of_the_hierarchy_is_documented_with_its_status() -> None:
     listed = documented()
     for cls in every_error_class():
         assert cls.code in listed, f"{cls.__name__}: code {cls.code!r} is missing from docs/ERRORS.md"
-        expected = "4xx" if issubclass(cls, HttpError) else str(cls.status)
+        # A Durable Streams refusal's status is the one its face answers its reason with.
+        expected = "4xx" if issubclass(cls, (HttpError, DsRefusal)) else str(cls.status)
         assert listed[cls.code] == expected, f"{cls.code}: docs say {listed[cls.code]}, the class {expected}"
 
 
@@ -43,10 +44,16 @@ def test_no_code_is_named_outside_the_hierarchy() -> None:
 
 def test_a_problem_document_carries_the_class_code_status_and_extras() -> None:
     for cls in every_error_class():
-        error = HttpError("x", status=418) if cls is HttpError else cls("went wrong", runId="r")
+        if cls is HttpError:
+            error: LastwordError = HttpError("x", status=418)
+        elif cls is DsRefusal:
+            error = DsRefusal("gone", "went wrong")
+        else:
+            error = cls("went wrong", runId="r")
         body = problem_document(error)
         assert body["code"] == cls.code and body["type"].endswith("/" + cls.code)
         assert body["status"] == error.http_status and body["detail"] in ("x", "went wrong")
-        if cls is not HttpError:
+        if cls not in (HttpError, DsRefusal):
             assert body["runId"] == "r"
+    assert problem_document(DsRefusal("gone", "deleted"), 410)["status"] == 410
     assert isinstance(problem_document(LastwordError("boom"))["title"], str)

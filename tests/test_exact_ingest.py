@@ -18,7 +18,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lastword.http.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
+from lastword.ingest.json_input import MAX_EXACT_INT, MIN_EXACT_INT, array_slices, parse_slice
 
 from tests.api_helpers import assert_problem, logged, serving, serving_process
 from tests.builders import create_run

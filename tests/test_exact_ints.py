@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import orjson
 from lastword.errors import NumberOutOfRange, TooDeeplyNested
-from lastword.http.ingest import MAX_NESTING, storable_json
+from lastword.ingest.checks import MAX_NESTING, storable_json
 from lastword.rules.exact_ints import MAX_EXACT_INT, MIN_EXACT_INT, check_exact, first_inexact, may_hold_inexact
 
 values = st.recursive(

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
-from lastword.http.json_input import MAX_EXACT_INT, MIN_EXACT_INT
+from lastword.ingest.json_input import MAX_EXACT_INT, MIN_EXACT_INT
 from lastword.openapi import DOCUMENT
 from schemathesis.checks import CHECKS
 

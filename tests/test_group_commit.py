@@ -1,9 +1,9 @@
 """Group commit on SQLite (issue 15): writes pending together share one transaction, yet each
 request is answered only after the commit that holds its own events.
 
-The crash test runs ``lastword serve`` as a process with a test-only gate
-(``LASTWORD_TEST_HOLD_COMMIT_DIR``): while ``hold`` exists in that directory the writer stops
-after writing a batch and before its ``COMMIT``, and creates ``paused``. The test kills the
+The crash test runs the service as a process whose SQLite store has a gate
+(:mod:`tests.held_server`): while ``hold`` exists in that directory the writer stops after
+writing a batch and before its ``COMMIT``, and creates ``paused``. The test kills the
 server there with SIGKILL and checks that no request of that batch was answered and that the
 restarted server has exactly the answered events.
 """
@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,9 +48,8 @@ def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
         "LASTWORD_DATABASE_URL": f"sqlite:///{tmp_path / 'lastword.db'}",
         "LASTWORD_LEASE_SECONDS": "3600",
         "LASTWORD_LOG_LEVEL": "warning",
-        "LASTWORD_TEST_HOLD_COMMIT_DIR": str(gate),
     }
-    process = ServerProcess(env, cwd=REPO).start()
+    process = ServerProcess(env, cwd=REPO, command=[sys.executable, "-m", "tests.held_server", str(gate)]).start()
     try:
         yield process, gate
     finally:

@@ -3,6 +3,7 @@ each of them fails when its rule is broken, and the rules no import contract can
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ def lint_imports(package_parent: Path, cache_dir: Path) -> subprocess.CompletedP
 def test_the_contracts_are_kept(tmp_path: Path) -> None:
     checked = lint_imports(ROOT / "app", tmp_path / "cache")
     assert checked.returncode == 0, checked.stdout[-4000:]
-    assert "Contracts: 8 kept, 0 broken." in checked.stdout, checked.stdout[-2000:]
+    assert "Contracts: 9 kept, 0 broken." in checked.stdout, checked.stdout[-2000:]
 
 
 # One import that breaks each contract, written into a copy of the package.
@@ -35,16 +36,18 @@ BREAKS = {
     "client": ("client/core.py", "import lastword.store.base\n"),
     "client-layers": ("client/retry.py", "import lastword.client.core\n"),
     "faces-through-service": ("http/views.py", "import lastword.store.base\n"),
+    "no-web-framework-below-the-faces": ("ingest/body.py", "import starlette.requests\n"),
     "store-through-protocols": ("webhooks/sender.py", "import lastword.store.outbox\n"),
     "service-takes-no-http-model": ("service.py", "import lastword.schemas\n"),
     "pure-rules": ("adapters/base.py", "import httpx\n"),
     "adapters-independent": ("adapters/acp.py", "import lastword.adapters.anthropic\n"),
 }
 CONTRACT_NAMES = {
-    "layers": "faces -> composition root",
+    "layers": "faces -> app -> core",
     "client": "the client imports no server module",
     "client-layers": "the client's modules import downward only",
     "faces-through-service": "the HTTP faces and the app reach the store only",
+    "no-web-framework-below-the-faces": "the core, ingest and services import no web framework",
     "store-through-protocols": "the service side uses only the store's protocols",
     "service-takes-no-http-model": "the service imports no HTTP model",
     "pure-rules": "the rules and the adapters do no I/O",
@@ -96,3 +99,17 @@ def test_the_store_decides_nothing_about_runs() -> None:
                              source), path.name
         # Queries may select by status (the sweep's candidates, retention); none may set one.
         assert not re.search(r"\bstatus=['\"]|SET status = '", source), path.name
+
+
+def test_the_rules_and_the_store_speak_no_http() -> None:
+    """Below the faces no call is given an HTTP status or headers: a refusal says why (its class,
+    a Durable Streams reason and facts) and a write what it did; each face makes the status."""
+    for path in [*(PACKAGE / "rules").glob("*.py"), *(PACKAGE / "store").rglob("*.py"), PACKAGE / "ds_service.py",
+                 PACKAGE / "service.py"]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword):
+                # A run's ``status`` is the domain's word ("running"); a number there is HTTP's.
+                http = node.arg in ("status_code", "headers") or (
+                    node.arg == "status" and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int))
+                assert not http, f"{path.name}:{node.value.lineno}"

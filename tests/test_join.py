@@ -156,7 +156,7 @@ def test_an_end_committed_while_the_join_reads_is_heard(make_settings: Any, monk
     """The child ends right after the join's first read found it running (a hook in the store
     orders it there), 200 times: every join hears that end and answers done at once."""
     with threaded_app_server(make_settings()) as (url, app), httpx.Client(base_url=url, timeout=60) as http:
-        service = app.state.service
+        service = app.state.core.runs
         store = service._store
         read_turn = store.turn_result
         armed: set[str] = set()
@@ -282,7 +282,7 @@ def test_a_parked_join_reads_each_ending_child_once(make_settings: Any, monkeypa
     before) came within reach of its bound on a loaded CI machine, where reads do not move.
     """
     with threaded_app_server(make_settings()) as (url, app), httpx.Client(base_url=url, timeout=60) as http:
-        store = app.state.service._store
+        store = app.state.core.runs._store
         read_turn = store.turn_result
         reads: Counter[str] = Counter()
         read = threading.Condition()

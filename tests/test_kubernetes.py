@@ -161,3 +161,15 @@ def test_the_postgres_overlay_runs_replicas_behind_a_service_with_secrets() -> N
     for name in ("LASTWORD_DATABASE_URL", "LASTWORD_INGEST_TOKEN", "LASTWORD_READ_TOKEN"):
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "lastword", name
     assert env_of(container(pod, "parent"))["LASTWORD_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "ingest-token"
+
+
+def test_the_image_is_set_in_one_place_by_the_kustomization() -> None:
+    """Every container's image comes from the base's ``images:`` (``kustomize edit set image``)."""
+    import yaml
+
+    kustomization = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "base" / "kustomization.yaml").read_text())
+    [image] = kustomization["images"]
+    for name in ("base", "postgres"):
+        pod = pod_of(render(name))
+        images = {c["image"] for c in pod.get("initContainers", []) + pod["containers"]}
+        assert images == {f"{image['newName']}:{image['newTag']}"}, (name, images)

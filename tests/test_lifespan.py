@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from lastword import factory, main
+from lastword import core, registry
 from lastword.main import create_app
 from lastword.service import RunService
 from lastword.settings import Settings
@@ -85,16 +85,16 @@ def test_a_failed_start_closes_the_store(make_settings: Any, monkeypatch: pytest
     the store is closed (before, only the service closed it, and no service had been built)."""
     closes: list[Store] = []
 
-    def open_noted(settings: Settings) -> Store:
-        store = factory.open_store(settings)
+    def open_noted(settings: Settings, hub: object) -> Store:
+        store = registry.open_store(settings)
         monkeypatch.setattr(store, "close", noting_close(store, closes))
         return store
 
-    def failing_fanout(store: Store, hub: object) -> None:
+    def failing_fanout(*args: object) -> None:
         raise RuntimeError("the fan-out could not be built")
 
-    monkeypatch.setattr(main, "open_store", open_noted)
-    monkeypatch.setattr(main, "open_fanout", failing_fanout)
+    monkeypatch.setattr(core, "open_store", open_noted)
+    monkeypatch.setattr(core, "open_fanout", failing_fanout)
     app = create_app(make_settings())
 
     with pytest.raises(RuntimeError, match="fan-out could not be built"):

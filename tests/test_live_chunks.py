@@ -4,8 +4,7 @@ An append checks, in the writer's transaction, whether the run has a live subscr
 one its chunks stay out of the outcome (``chunks_left_out``) and the service sends any
 subscriber that registered since to the log. The race that must not lose a chunk: the check
 finds nobody; a subscriber registers, reads the log (nothing new yet) and waits for live
-events; then the commit lands. The server's test-only gate (``LASTWORD_TEST_HOLD_COMMIT_DIR``,
-see ``tests/test_group_commit.py``) holds the writer between writing and ``COMMIT``, and a
+events; then the commit lands. The server's gate (:mod:`tests.held_server`) holds the writer between writing and ``COMMIT``, and a
 keep-alive comment on the stream says the subscriber has read the log and waits live, so that
 interleaving happens in every round, signalled rather than timed.
 """
@@ -13,6 +12,7 @@ interleaving happens in every round, signalled rather than timed.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -41,9 +41,8 @@ def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
         "LASTWORD_LEASE_SECONDS": "3600",
         "LASTWORD_LOG_LEVEL": "warning",
         "LASTWORD_KEEPALIVE_SECONDS": "0.05",
-        "LASTWORD_TEST_HOLD_COMMIT_DIR": str(gate),
     }
-    process = ServerProcess(env, cwd=REPO).start()
+    process = ServerProcess(env, cwd=REPO, command=[sys.executable, "-m", "tests.held_server", str(gate)]).start()
     try:
         yield process, gate
     finally:

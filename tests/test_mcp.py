@@ -69,7 +69,8 @@ async def test_tools_are_listed_with_descriptions_and_schemas(base_url: str) -> 
     """A parent sees the tools with descriptions written for a model and typed inputs."""
     async with mcp_client(base_url) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"wait_for_child_result", "list_child_runs", "start_child_run", "read_child_transcript"}
+    assert set(tools) == {"wait_for_child_result", "list_child_runs", "start_child_run", "read_child_transcript",
+                          "read_child_texts"}
     wait = tools["wait_for_child_result"]
     assert "partial" in (wait.description or "")
     assert wait.input_schema["required"] == ["run_id"]
@@ -175,6 +176,21 @@ async def test_transcript_is_the_rest_messages_answer_for_both_formats(base_url:
     texts = [b["text"] for m in anthropic["messages"] if m["role"] == "assistant"
              for b in m["content"] if b["type"] == "text"]
     assert "Found three call sites of parse_config; two pass a path, one passes a dict." in texts
+    assert unknown.is_error is True and "run_not_found" in text_of(unknown)
+
+
+async def test_texts_are_the_rest_results_texts(base_url: str) -> None:
+    """read_child_texts gives what GET …/result?include=texts gives: every text of the turn, the
+    partial answer before the usage-only max-tokens message among them."""
+    run_id = run_scenario("max-tokens-partial", base_url)
+    async with mcp_client(base_url) as client:
+        answer = await client.call_tool("read_child_texts", {"run_id": run_id})
+        unknown = await client.call_tool("read_child_texts", {"run_id": "nobody"})
+    with httpx.Client(base_url=base_url) as http:
+        rest = http.get(f"/v1/runs/{run_id}/result", params={"include": "texts"}).json()
+    assert not answer.is_error
+    assert answer.structured_content == {"runId": run_id, "turn": rest["turn"], "texts": rest["texts"]}
+    assert "Found three call sites of parse_config; two pass a path, one passes a dict." in rest["texts"]
     assert unknown.is_error is True and "run_not_found" in text_of(unknown)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from lastword.errors import Unreachable
-from lastword.factory import open_store
+from lastword.registry import open_store
 from lastword.settings import Settings
 from lastword.store import Store
 from lastword.store.postgres import PostgresStore, driver_error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,11 @@ import httpx
 import pytest
 from lastword.cli.demo import run_scenario
 from lastword.telemetry import enabled
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GenAiOperationNameValues,
+    GenAiProviderNameValues,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -108,11 +114,13 @@ def test_max_tokens_span_carries_the_partial_answer_not_the_empty_message(tmp_pa
     attributes = attributes_of(span.attributes)
     assert resource["service.name"] == "lastword"
     assert span.name == "invoke_agent demo:max-tokens-partial"
+    assert span.kind == Span.SPAN_KIND_CLIENT
     assert attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert attributes["gen_ai.provider.name"] == "lastword"
     assert attributes["gen_ai.agent.name"] == "demo:max-tokens-partial"
     assert attributes["gen_ai.agent.id"] == run_id
     assert attributes["gen_ai.conversation.id"] == run_id
-    assert attributes["gen_ai.response.finish_reasons"] == ["max_tokens"]
+    assert attributes["gen_ai.response.finish_reasons"] == ["length"]
     assert attributes["error.type"] == "max_tokens"
     assert span.status.code == Status.STATUS_CODE_ERROR
     assert "max_tokens" in span.status.message
@@ -121,7 +129,8 @@ def test_max_tokens_span_carries_the_partial_answer_not_the_empty_message(tmp_pa
     assert attributes["gen_ai.usage.output_tokens"] == 4181
     [message] = json.loads(attributes["gen_ai.output.messages"])
     assert message["role"] == "assistant"
-    assert message["finish_reason"] == "max_tokens"
+    assert message["finish_reason"] == "length"
+    assert all(set(part) >= {"type", "content"} for part in message["parts"] if part["type"] == "text")
     texts = [part["content"] for part in message["parts"] if part["type"] == "text"]
     assert texts == [block["text"] for block in result["output"] if block["type"] == "text"]
     assert texts == ["Found three call sites of parse_config; two pass a path, one passes a dict."]
@@ -139,7 +148,7 @@ def test_content_is_not_captured_unless_switched_on(tmp_path: Path, receiver: Re
     attributes = attributes_of(span.attributes)
     assert "gen_ai.output.messages" not in attributes
     assert "error.type" not in attributes
-    assert attributes["gen_ai.response.finish_reasons"] == ["completed"]
+    assert attributes["gen_ai.response.finish_reasons"] == ["stop"]
     assert span.status.code != Status.STATUS_CODE_ERROR
 
 
@@ -210,3 +219,54 @@ def test_tracing_is_off_unless_an_endpoint_is_set() -> None:
     assert enabled({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
     assert not enabled({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
     assert not enabled({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"})
+
+
+def test_legacy_conventions_keep_the_spans_as_they_were(tmp_path: Path, receiver: Receiver) -> None:
+    """LASTWORD_OTEL_GENAI_CONVENTIONS=legacy: an internal span, lastword's stop reason as the
+    finish reason, no provider; a run's metadata.provider is named by the 0.1.0 spans only."""
+    server = serve(tmp_path, receiver.port, LASTWORD_OTEL_GENAI_CONVENTIONS="legacy",
+                   OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true")
+    try:
+        run_scenario("max-tokens-partial", server.url)
+        [(_, span)] = receiver.take(1)
+    finally:
+        server.stop()
+    attributes = attributes_of(span.attributes)
+    assert span.kind == Span.SPAN_KIND_INTERNAL
+    assert attributes["gen_ai.response.finish_reasons"] == ["max_tokens"]
+    assert json.loads(attributes["gen_ai.output.messages"])[0]["finish_reason"] == "max_tokens"
+    assert "gen_ai.provider.name" not in attributes
+
+
+def registry_names() -> dict[str, str]:
+    """The GenAI attribute names of the conventions' registry as the OpenTelemetry semantic
+    conventions package lists them, each with its note (``Replaced by …`` for a renamed one)."""
+    source = Path(gen_ai_attributes.__file__).read_text()
+    return {name: note for name, note in re.findall(r'^GEN_AI_\w+: Final = "([^"]+)"\n"""\n(.*?)"""', source,
+                                                     re.MULTILINE | re.DOTALL)}
+
+
+def test_every_gen_ai_attribute_is_a_current_registry_name(tmp_path: Path, receiver: Receiver) -> None:
+    """Each gen_ai.* attribute a span carries is in the conventions' registry and not one it
+    replaced; the operation name is a registry value, and the provider comes from metadata."""
+    server = serve(tmp_path, receiver.port, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true")
+    try:
+        with httpx.Client(base_url=server.url) as http:
+            http.post("/v1/runs", json={"runId": "named", "agent": "coder",
+                                        "metadata": {"provider": "anthropic"}}).raise_for_status()
+            http.post("/v1/runs/named/events", json=[
+                {"type": "assistant/message", "message": {"content": [{"type": "text", "text": "done"}],
+                                                          "usage": {"inputTokens": 3, "outputTokens": 2,
+                                                                    "cacheReadTokens": 1, "cacheWriteTokens": 1}}},
+                {"type": "turn/end", "stopReason": "refusal"}]).raise_for_status()
+        [(_, span)] = receiver.take(1)
+    finally:
+        server.stop()
+    attributes = attributes_of(span.attributes)
+    registry = registry_names()
+    emitted = sorted(name for name in attributes if name.startswith("gen_ai."))
+    assert emitted and all(name in registry for name in emitted), set(emitted) - set(registry)
+    assert [name for name in emitted if "Replaced by" in registry[name]] == []
+    assert attributes["gen_ai.operation.name"] == GenAiOperationNameValues.INVOKE_AGENT.value
+    assert attributes["gen_ai.provider.name"] == GenAiProviderNameValues.ANTHROPIC.value
+    assert attributes["gen_ai.response.finish_reasons"] == ["content_filter"]

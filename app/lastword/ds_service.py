@@ -40,7 +40,8 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import replace
+from typing import Protocol, TypeVar
 
 import orjson
 
@@ -51,6 +52,9 @@ from lastword.store.protocols import RunLog, Streams
 
 #: About how much one read answers; a longer stream is read in several.
 READ_BYTES = 1024 * 1024
+#: A JSON body at least this big is split in a worker thread: the event loop keeps serving.
+SPLIT_IN_THREAD_BYTES = 64 * 1024
+Request = TypeVar("Request", CreateRequest, AppendRequest)
 #: Where runs are read as streams (``/ds/runs/{runId}``), and how many events one read takes.
 RUNS = "/runs/"
 RUN_PAGE = 1000
@@ -92,9 +96,12 @@ class LiveReader:
 
 
 class StreamService:
-    def __init__(self, store: StreamStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: StreamStore, *, clock: Callable[[], float] = time.time,
+                 max_json_messages: int = 10_000) -> None:
         self._store = store
         self.clock = clock
+        #: ``LASTWORD_DS_MAX_JSON_MESSAGES``: the most messages one JSON-mode write may hold.
+        self.max_json_messages = max_json_messages
         self._waiters: dict[str, set[LiveReader]] = defaultdict(set)
         #: Set when the service shuts down: live reads answer now.
         self.draining = False
@@ -133,17 +140,29 @@ class StreamService:
 
     def _writable(self, path: str) -> None:
         if run_id_of(path) is not None:
-            raise DsRefusal("a run is not deleted as a stream; retention deletes ended runs", status=405,
-                            headers={"Allow": "GET, HEAD, PUT, POST"})
+            raise DsRefusal("not_deletable", "a run is not deleted as a stream; retention deletes ended runs")
+
+    async def _split(self, request: Request) -> Request:
+        """``request`` with a JSON-mode body split into its messages here, not in the store's
+        write transaction, where every other writer would wait for the parse."""
+        if not request.body or not ds.is_json(request.content_type or ""):
+            return replace(request, max_messages=self.max_json_messages)
+        if len(request.body) < SPLIT_IN_THREAD_BYTES:
+            split = ds.split_json(request.body, self.max_json_messages)
+        else:
+            split = await asyncio.to_thread(ds.split_json, request.body, self.max_json_messages)
+        return replace(request, split=split, max_messages=self.max_json_messages)
 
     async def create(self, request: CreateRequest) -> Outcome:
         self._writable(request.path)
+        request = await self._split(request)
         outcome = await self._store.ds_create(request, self.clock())
         self.changed(request.path)
         return outcome
 
     async def append(self, request: AppendRequest) -> Outcome:
         self._writable(request.path)
+        request = await self._split(request)
         outcome = await self._store.ds_append(request, self.clock())
         self.changed(request.path)
         return outcome

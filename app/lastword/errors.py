@@ -29,7 +29,7 @@ The categories (a client may branch on them with ``except``)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import orjson
 
@@ -57,12 +57,13 @@ class LastwordError(Exception):
         return problem_document(self)
 
 
-def problem_document(error: LastwordError) -> dict[str, Any]:
-    """The RFC 9457 problem document of ``error``: the only place one is built."""
+def problem_document(error: LastwordError, status: int | None = None) -> dict[str, Any]:
+    """The RFC 9457 problem document of ``error``: the only place one is built. ``status`` is
+    the one a face answers with where it is not the error's own (a Durable Streams refusal's)."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + error.code,
         "title": error.title,
-        "status": error.http_status,
+        "status": error.http_status if status is None else status,
         "code": error.code,
         "detail": error.detail,
     }
@@ -70,9 +71,9 @@ def problem_document(error: LastwordError) -> dict[str, Any]:
     return body
 
 
-def problem_json(error: LastwordError) -> bytes:
+def problem_json(error: LastwordError, status: int | None = None) -> bytes:
     """:func:`problem_document` encoded, for transports that write bytes."""
-    return orjson.dumps(problem_document(error))
+    return orjson.dumps(problem_document(error, status))
 
 
 # -- 400 -------------------------------------------------------------------------------
@@ -292,24 +293,39 @@ class HttpError(LastwordError):
         return self._status
 
 
-class DsRefusal(HttpError):
-    """A refusal of the Durable Streams protocol (SPEC §17): its status, and the headers that
-    go with it (``Stream-Closed``, ``Producer-Expected-Seq``, …). The protocol's clients read the
-    status and headers, not a ``code``: one class serves all of its refusals."""
+#: Why the Durable Streams protocol refuses a request (SPEC §17). Transport-neutral: the
+#: Durable Streams face (:mod:`lastword.http.ds`) alone answers each with its status and headers.
+DsReason = Literal["invalid", "stale_epoch", "not_found", "not_deletable", "conflict", "closed", "gone", "too_large"]
 
-    code, title = "durable_streams", "Refused by the Durable Streams protocol"
 
-    def __init__(self, detail: str, *, status: int = 400, headers: dict[str, str] | None = None,
+class DsRefusal(LastwordError):
+    """A refusal of the Durable Streams protocol: why (``reason``) and the facts its clients act
+    on (``expected_seq`` and ``received_seq`` for a producer's gap, ``epoch`` for a stale one,
+    ``tail`` for a closed stream). The protocol's clients read the status and headers a face
+    makes of them, not a ``code``: one class serves all of its refusals."""
+
+    status, code, title = 400, "durable_streams", "Refused by the Durable Streams protocol"
+
+    def __init__(self, reason: DsReason, detail: str, *, expected_seq: int | None = None,
+                 received_seq: int | None = None, epoch: int | None = None, tail: int | None = None,
                  **extra: Any) -> None:
-        super().__init__(detail, status=status, **extra)
-        self.headers = headers or {}
+        super().__init__(detail, **extra)
+        self.reason = reason
+        self.expected_seq = expected_seq
+        self.received_seq = received_seq
+        self.epoch = epoch
+        self.tail = tail
 
 
 # -- 500, 503 --------------------------------------------------------------------------
 
 
 class Unavailable(LastwordError):
+    """The store cannot serve now (it is down, or a failover is under way): a client sends the
+    same request again after ``Retry-After``, and eventIds make that store nothing twice."""
+
     status, code, title = 503, "store_unavailable", "Store unavailable"
+    retry_after = 1
 
 
 class Unreachable(Unavailable):

@@ -1,13 +1,13 @@
 """The application factory: ``create_app(settings)`` builds the app, its lifespan owns resources.
 
-Nothing connects at import time; the lifespan opens the store, runs the start-up sweep (turns
-whose lease ran out while the service was down end as ``timeout``), starts the periodic sweep,
-and closes everything after shutdown.
+Nothing connects at import time; the lifespan opens the core (:mod:`lastword.core`: the store,
+the start-up sweep that ends turns whose lease ran out while the service was down, the
+background jobs) and closes it after shutdown. The app is a face: it holds no state of its own
+beyond its MCP mount, and serves ``app.state.core``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -34,9 +34,7 @@ from lastword.errors import (
     Unprocessable,
     problem_json,
 )
-from lastword.ds_service import StreamService
-from lastword.factory import open_fanout, open_store
-from lastword.fanout.hub import Hub
+from lastword.core import Core, open_core
 from lastword.http.access import AccessControl
 from lastword.http.api import event_schema_components
 from lastword.http.api import router as api_router
@@ -50,13 +48,8 @@ from lastword.http.mcp_mount import McpMount
 from lastword.http.same_origin import SameOriginWrites
 from lastword.http.streams import router as stream_router
 from lastword.metrics import Metrics
-from lastword.rules.records import TurnRecord
 from lastword.schemas import Health, Problem
-from lastword.service import RunService
 from lastword.settings import Settings
-from lastword.telemetry import open_turn_spans, run_or_none
-from lastword.webhooks.rules import allowed_host_patterns
-from lastword.webhooks.sender import WebhookSender
 
 log = logging.getLogger("lastword")
 
@@ -127,10 +120,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-async def _turn_record(service: RunService, run_id: str, turn: int) -> TurnRecord:
-    return (await service.result(run_id, turn, 0))[1]
-
-
 class StartupRefused(Exception):
     """The lifespan cannot start; why is already logged, in one line."""
 
@@ -147,79 +136,44 @@ class _QuietRefusal(logging.Filter):
 _QUIET_REFUSAL = _QuietRefusal()
 
 
-async def _stop(jobs: list[asyncio.Task[None]]) -> None:
-    """Cancel the background jobs and wait for them to finish."""
-    for job in jobs:
-        job.cancel()
-    for job in jobs:
-        with contextlib.suppress(asyncio.CancelledError):
-            await job
-
-
-def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time) -> FastAPI:
-    """The app for ``settings``. ``clock`` (seconds since the epoch) is the time that leases,
+def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
+               core: Core | None = None) -> FastAPI:
+    """The app for ``settings``. Its lifespan opens the core (:func:`lastword.core.open_core`)
+    and closes it after shutdown; given an open ``core``, the app serves that one, and whoever
+    opened it closes it. ``clock`` (seconds since the epoch) is the time that leases,
     timestamps and retention are reckoned by: tests pass one they advance themselves."""
-    settings = settings or Settings()
+    settings = core.settings if core is not None else settings or Settings()
+    counters = core.metrics if core is not None else Metrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings)
-        try:
-            await store.open()
-        except Unavailable as error:
-            # One line that says what to do, and nothing after it but the exit status.
-            log.error("cannot start: %s", error.detail)
-            logging.getLogger("uvicorn.error").addFilter(_QUIET_REFUSAL)
-            raise StartupRefused(error.detail) from None
-        # What is opened is closed in reverse order, at shutdown and equally when a later step
-        # of the start fails (a failed ``service.start`` must not leak the sender's client).
         async with contextlib.AsyncExitStack() as opened:
-            opened.push_async_callback(store.close)
-            fanout = open_fanout(store, Hub(settings.subscriber_buffer))
-            service = RunService(store, fanout, StreamService(store, clock=clock), app.state.metrics,
-                                 page_size=settings.max_page_size,
-                                 webhook_hosts=allowed_host_patterns(settings.webhook_allowed_hosts),
-                                 webhook_allow_private=settings.webhook_allow_private, clock=clock)
-            opened.push_async_callback(service.close)  # closes the fan-out
-            sender = WebhookSender(store, app.state.metrics, backoff_seconds=settings.webhook_backoff_seconds,
-                                   max_attempts=settings.webhook_max_attempts,
-                                   timeout_seconds=settings.webhook_timeout_seconds,
-                                   allow_private=settings.webhook_allow_private, clock=clock)
-            opened.push_async_callback(sender.close)
-            service.end_observers.append(sender.ended)
-            # Before the start, whose sweep may end turns: those are spans too.
-            spans = open_turn_spans(lambda run_id: run_or_none(service.get_run, run_id),
-                                    lambda run_id, turn: _turn_record(service, run_id, turn))
-            if spans is not None:
-                service.end_observers.append(spans.ended)
-                opened.push_async_callback(spans.close)
-            opened.push_async_callback(app.state.mcp.close)
-            await service.start()
-            app.state.service = service
-            app.state.sender = sender  # the server's drain tells it, and waits for its attempts
-            sender.start()
-            # Named, so logs, debuggers and tests can tell the background jobs apart.
-            jobs = [asyncio.create_task(
-                service.every(settings.sweep_interval_seconds, service.sweep_once, "lease sweep"), name="lease sweep")]
-            if settings.retention_hours > 0:
-                hours = settings.retention_hours
-                jobs.append(asyncio.create_task(service.every(
-                    settings.retention_interval_seconds, lambda: service.delete_expired_runs(hours), "retention"),
-                    name="retention"))
-            opened.push_async_callback(_stop, jobs)
+            if core is not None:
+                app.state.core = core
+            else:
+                try:
+                    app.state.core = await opened.enter_async_context(
+                        open_core(settings, clock=clock, metrics=counters))
+                except Unavailable as error:
+                    # One line that says what to do, and nothing after it but the exit status.
+                    log.error("cannot start: %s", error.detail)
+                    logging.getLogger("uvicorn.error").addFilter(_QUIET_REFUSAL)
+                    raise StartupRefused(error.detail) from None
+            opened.push_async_callback(app.state.mcp.close)  # before the core: its sessions use it
             yield
 
     app = FastAPI(
         title="lastword",
         version=__version__,
-        description="Keeps a subagent's last word: one selection rule, served over REST and SSE.",
+        description="Keeps a subagent's last word: one selection rule, served over REST and SSE. "
+                    "[The dashboard](/dashboard) shows the runs live.",
         lifespan=lifespan,
         # FastAPI's pages load their scripts from a CDN; ours serve them from a package.
         docs_url=None,
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = counters
     # First: a /ds request (one per message of a token stream) is not tried against every /v1
     # route before its own; no other route's path starts with /ds/.
     app.router.routes.append(ds_route)
@@ -227,7 +181,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     app.include_router(stream_router)
     app.include_router(dashboard_router)
     app.include_router(docs_router)
-    app.state.mcp = McpMount(lambda: app.state.service, settings)
+    app.state.mcp = McpMount(lambda: app.state.core.runs, settings)
     # A plain route, not a mount: a mount would answer ``/mcp`` with a redirect to ``/mcp/``.
     app.router.routes.append(Route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"]))
     _install_error_handlers(app)
@@ -272,7 +226,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     async def readyz(request: Request) -> Any:
         """Readiness: the store answers and the replica is not draining."""
         try:
-            await request.app.state.service.ready()
+            await request.app.state.core.runs.ready()
         except Unavailable as error:
             return problem_response(error)
         return {"status": "ready"}
@@ -281,7 +235,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics(request: Request) -> Response:
         """Prometheus metrics."""
-        metrics, service = request.app.state.metrics, request.app.state.service
+        metrics, service = request.app.state.metrics, request.app.state.core.runs
         metrics.count_runs(await service.count_runs())
         # Ages on the clock the service runs by (injected in tests), as leases are.
         metrics.count_outbox(*await service.outbox_stats(), service.clock())

@@ -231,6 +231,9 @@ class SubagentResult(_Answer):
     """When the turn started (RFC 3339)."""
     endedAt: str | None = None
     """When the turn ended (RFC 3339); absent while it runs."""
+    texts: list[str] | None = None
+    """With ``?include=texts``: every visible text the assistant wrote in the turn, in order (each
+    message's text blocks, and text streamed that no message told). Never the output: ``output`` is."""
 
 
 class TextContent(_Answer):

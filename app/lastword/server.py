@@ -39,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lastword.errors import (
@@ -357,13 +358,10 @@ class LastwordServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.config.timeout_graceful_shutdown or 0)
-        state = getattr(self.config.app, "state", None)
-        service = getattr(state, "service", None)
-        if service is not None:
-            service.drain()
-        sender = getattr(state, "sender", None)
-        if sender is not None:
-            sender.drain()
+        core = getattr(getattr(self.config.app, "state", None), "core", None)
+        sender = None if core is None else core.sender
+        if core is not None:
+            core.drain()
         protocol = self.config.http_protocol_class
         if isinstance(protocol, type) and issubclass(protocol, HeaderDeadlineProtocol):
             protocol.draining = True
@@ -401,9 +399,10 @@ def give_big_blocks_back(threshold: int = BIG_BLOCK_BYTES) -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
-def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, **overrides: Any) -> uvicorn.Config:
-    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it);
-    ``clock`` is handed to :func:`create_app`."""
+def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time, app: FastAPI | None = None,
+                   **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings`` (``lastword serve`` and the tests use it), serving
+    ``app`` (by default ``create_app(settings, clock=clock)``)."""
     protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_deadline": settings.header_timeout_seconds,
                                                            "body_deadline": settings.body_timeout_seconds})
     options: dict[str, Any] = {
@@ -421,4 +420,4 @@ def uvicorn_config(settings: Settings, *, clock: Callable[[], float] = time.time
         "lifespan": "on",
     }
     options.update(overrides)
-    return uvicorn.Config(create_app(settings, clock=clock), **options)
+    return uvicorn.Config(app or create_app(settings, clock=clock), **options)

@@ -21,6 +21,7 @@ from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
 from lastword.rules.ds import Producer
+from lastword.rules.fold import assistant_texts
 from lastword.rules.ids import new_run_id
 from lastword.rules.records import (
     AppendOutcome,
@@ -47,6 +48,8 @@ log = logging.getLogger("lastword")
 RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
 HISTORY_TYPES = frozenset(transcript_rules.HISTORY_TYPES)
+#: What a turn's ``texts`` are read from (SPEC §19).
+TEXT_TYPES = frozenset({"assistant/message", "assistant/chunk"})
 
 Answer = TypeVar("Answer")
 #: What a long poll's ``look`` is handed: the events heard since it last looked, or ``None`` when
@@ -141,6 +144,7 @@ class RunService:
         page_size: int = 1000,
         webhook_hosts: tuple[str, ...] = (),
         webhook_allow_private: bool = False,
+        end_observers: Sequence[Callable[[StoredEvent], None]] = (),
     ) -> None:
         self._store = store
         self._fanout = fanout
@@ -153,21 +157,24 @@ class RunService:
         #: ``LASTWORD_WEBHOOK_ALLOW_PRIVATE``: webhooks may target internal addresses.
         self.webhook_allow_private = webhook_allow_private
         #: Called with each ``subagent/end`` this replica committed (once per end, fleet-wide).
-        self.end_observers: list[Callable[[StoredEvent], None]] = []
-        #: The Durable Streams face's use cases (SPEC §17); the fan-out wakes their parked
-        #: readers for every run or stream that changed, here or on another replica.
+        self.end_observers = tuple(end_observers)
+        #: The Durable Streams face's use cases (SPEC §17): this service wakes their parked
+        #: readers for what it commits, the fan-out for what other replicas commit.
         self.streams = streams
-        fanout.run_changed = self.streams.run_changed
-        fanout.stream_changed = self.streams.changed
-        fanout.notices_lost = self.streams.wake_all
 
     @property
     def _hub(self) -> Hub:
         return self._fanout.hub
 
-    def _published(self, stored: Sequence[StoredEvent]) -> None:
+    def _published(self, stored: Sequence[StoredEvent], grown: str | None = None) -> None:
+        """Hand a commit's live events to the fan-out and wake the Durable Streams readers of
+        every run it changed, once each: the runs of ``stored`` and ``grown``, a run whose log
+        grew by events that are not live (an assistant message)."""
         self._fanout.committed(stored)
-        for run_id in {event.run_id for event in stored}:
+        changed = {event.run_id for event in stored}
+        if grown is not None:
+            changed.add(grown)
+        for run_id in changed:
             self.streams.run_changed(run_id)
         if self.end_observers:
             for event in stored:
@@ -289,7 +296,7 @@ class RunService:
         spec = await self._spec(request)
         run, created, stored, outcome = await self._store.create_run_with_events(spec, events, self.clock(), encoded)
         if outcome is not None and outcome.chunks_left_out:
-            self._chunks_left_out(run.run_id)
+            self._hub.resync_run(run.run_id)  # its subscribers since read the chunks from the log
         self._created(created, stored)  # the run's start and the events, in log order
         if outcome is not None:
             self._counted(outcome, started)
@@ -343,20 +350,11 @@ class RunService:
         """What follows every committed append, whichever way its events came: the fan-out hears
         them (or resyncs the run's readers), the metrics count them."""
         if outcome.chunks_left_out:
-            self._chunks_left_out(run_id)
-        self._published(outcome.stored)
-        if outcome.accepted:
-            # The log grew even when nothing of it is published live (an assistant message is
-            # not a fan-out event): the run's Durable Streams readers read it from the log.
-            self.streams.run_changed(run_id)
+            self._hub.resync_run(run_id)
+        # The log grew even when nothing of it is published live (an assistant message is not
+        # a fan-out event, chunks may have been left out): its Durable Streams readers read it.
+        self._published(outcome.stored, run_id if outcome.accepted or outcome.chunks_left_out else None)
         self._counted(outcome, started)
-
-    def _chunks_left_out(self, run_id: str) -> None:
-        """An append's chunk events were not made for the fan-out (nobody streamed the run, or
-        too many for a subscriber's buffer): its subscribers since, and the Durable Streams
-        readers of the run (not hub subscribers), read them from the log."""
-        self._hub.resync_run(run_id)
-        self.streams.run_changed(run_id)
 
     def _counted(self, outcome: AppendOutcome, started: float) -> None:
         self.metrics.observe_ingest(outcome, time.perf_counter() - started)
@@ -556,6 +554,17 @@ class RunService:
         # The log is read a page at a time as the transcript consumes it, in a worker thread (a
         # long run's transcript is work, and the loop must stay free), each page read on the loop.
         return await asyncio.to_thread(transcript, history(), format)
+
+    async def texts(self, turn: TurnRecord) -> list[str]:
+        """Every visible text the assistant wrote in ``turn`` (SPEC §19), read from its log."""
+        events: list[dict[str, Any]] = []
+        after = turn.start_seq - 1
+        while True:
+            page = await self._store.events_after(turn.run_id, after, HISTORY_PAGE, TEXT_TYPES)
+            events.extend(event.body for event in page if event.turn == turn.turn)
+            if len(page) < HISTORY_PAGE or page[-1].turn > turn.turn:
+                return assistant_texts(events)
+            after = page[-1].seq
 
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest single event accepted (as JSON).")
     max_batch_events: int = Field(10_000, gt=0, description="Most events accepted in one JSON batch.")
+    otel_genai_conventions: Literal["0.1.0", "legacy"] = Field(
+        "0.1.0", description="The OpenTelemetry GenAI conventions' release the turn spans follow; "
+        "'legacy': as lastword made them before 0.1.0 (kept for one release).")
+    ds_max_json_messages: int = Field(
+        10_000, gt=0, description="Most messages one JSON-mode /ds write (an array) may hold; more is 413.")
     fold_cache_bytes: int = Field(
         256 * 1024 * 1024, gt=0,
         description="Bytes the folds of open turns kept in memory may hold; past it the least recently used are "

@@ -1,4 +1,4 @@
-"""OpenTelemetry (SPEC §15): each ended subagent turn as a GenAI ``invoke_agent`` span.
+"""OpenTelemetry (SPEC §15): each ended subagent turn as a GenAI ``invoke_agent`` client span.
 
 Telemetry was the fourth place the original failure reached: a span made from "the last
 assistant message" carried the empty usage record, not the child's partial answer. Here the span
@@ -26,6 +26,15 @@ Choices made here, for the reader who wonders why:
   ``inputTokens`` is uncached input; the cache counts are also given on their own.
 * **Content only when asked.** Outputs can hold private data, so ``gen_ai.output.messages`` is
   set only with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
+* **The GenAI conventions' first release** (``semantic-conventions-genai`` 0.1.0) by default:
+  lastword watches each child from outside, as a client of a remote agent, so its span is the
+  ``invoke_agent`` *client* span: kind ``CLIENT``, ``gen_ai.provider.name`` (required there:
+  the run's ``metadata.provider`` when a parent says it, else ``lastword``, the system that
+  reports), finish reasons in the conventions' words (``completed`` → ``stop``, ``max_tokens``
+  → ``length``, ``refusal`` → ``content_filter``; lastword's own word for the reasons they do
+  not name). ``LASTWORD_OTEL_GENAI_CONVENTIONS=legacy`` keeps the spans as lastword made them
+  before (kind ``INTERNAL``, lastword's stop reasons as finish reasons, no provider) for one
+  release, while dashboards move.
 """
 
 from __future__ import annotations
@@ -82,7 +91,15 @@ OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
+PROVIDER_NAME = "gen_ai.provider.name"
 ERROR_TYPE = "error.type"
+
+#: ``LASTWORD_OTEL_GENAI_CONVENTIONS``: the conventions' release the spans follow, or ``legacy``.
+CONVENTIONS = ("0.1.0", "legacy")
+#: The provider named when a run's metadata names none: the system that reports the span.
+DEFAULT_PROVIDER = "lastword"
+#: lastword's stop reasons in the conventions' finish-reason words, where they have one.
+FINISH_REASONS_0_1 = {"completed": "stop", "max_tokens": "length", "refusal": "content_filter", "error": "error"}
 
 RunLookup = Callable[[str], Awaitable[RunRecord | None]]
 TurnLookup = Callable[[str, int], Awaitable[TurnRecord]]
@@ -156,7 +173,12 @@ def _start_planned(tracer: Tracer, planned: PlannedIds, name: str, parent: SpanC
         _PLANNED.reset(token)
 
 
-def output_messages(output: list[dict[str, Any]], stop_reason: str) -> str:
+def finish_reason(stop_reason: str, conventions: str) -> str:
+    """A stop reason as the conventions name a finish reason (``legacy``: as lastword names it)."""
+    return stop_reason if conventions == "legacy" else FINISH_REASONS_0_1.get(stop_reason, stop_reason)
+
+
+def output_messages(output: list[dict[str, Any]], finish: str) -> str:
     """The selected output as the GenAI conventions' output messages (one assistant message)."""
     parts: list[dict[str, Any]] = []
     for block in output:
@@ -170,7 +192,7 @@ def output_messages(output: list[dict[str, Any]], stop_reason: str) -> str:
                           "arguments": block.get("input")})
         else:
             parts.append(block)  # kept as sent, like every block lastword selects
-    return orjson.dumps([{"role": "assistant", "parts": parts, "finish_reason": stop_reason}]).decode()
+    return orjson.dumps([{"role": "assistant", "parts": parts, "finish_reason": finish}]).decode()
 
 
 class TurnSpans:
@@ -183,8 +205,10 @@ class TurnSpans:
         turn: TurnLookup,
         *,
         capture_content: bool,
+        conventions: str = CONVENTIONS[0],
     ) -> None:
         self._provider = provider
+        self._conventions = conventions
         self._tracer = provider.get_tracer("lastword")
         self._run = run
         self._turn = turn
@@ -202,7 +226,7 @@ class TurnSpans:
             run = await self._run(end["runId"])
             turn = await self._turn(end["runId"], end["turn"])
             parent, root_trace_id = await self._parent_context(run, end)
-            self._emit(end, turn, parent, root_trace_id)
+            self._emit(end, run, turn, parent, root_trace_id)
         except Exception:  # telemetry must never disturb the service
             log.exception("could not record the span of run %s turn %s", end.get("runId"), end.get("turn"))
 
@@ -248,9 +272,11 @@ class TurnSpans:
                 return number
         return 1
 
-    def _emit(self, end: dict[str, Any], turn: TurnRecord, parent: SpanContext | None,
+    def _emit(self, end: dict[str, Any], run: RunRecord | None, turn: TurnRecord, parent: SpanContext | None,
               root_trace_id: int | None) -> None:
         stop_reason = str(end["stopReason"])
+        finish = finish_reason(stop_reason, self._conventions)
+        legacy = self._conventions == "legacy"
         agent = end.get("agent")
         usage = end.get("usage") or {}
         cache_read = int(usage.get("cacheReadTokens", 0))
@@ -259,7 +285,7 @@ class TurnSpans:
             OPERATION_NAME: "invoke_agent",
             AGENT_ID: end["runId"],
             CONVERSATION_ID: end["runId"],
-            FINISH_REASONS: [stop_reason],
+            FINISH_REASONS: [finish],
             INPUT_TOKENS: int(usage.get("inputTokens", 0)) + cache_read + cache_write,
             OUTPUT_TOKENS: int(usage.get("outputTokens", 0)),
             CACHE_READ_TOKENS: cache_read,
@@ -268,18 +294,21 @@ class TurnSpans:
         }
         if agent is not None:
             attributes[AGENT_NAME] = agent
+        if not legacy:
+            provider = (run.metadata if run is not None else {}).get("provider")
+            attributes[PROVIDER_NAME] = provider if isinstance(provider, str) and provider else DEFAULT_PROVIDER
         if end.get("parentRunId") is not None:
             attributes["lastword.parent_run_id"] = end["parentRunId"]
         if is_error(stop_reason):
             attributes[ERROR_TYPE] = stop_reason
         if self._capture_content and "lastAssistantMessage" in end:
-            attributes[OUTPUT_MESSAGES] = output_messages(end["lastAssistantMessage"], stop_reason)
+            attributes[OUTPUT_MESSAGES] = output_messages(end["lastAssistantMessage"], finish)
         span = _start_planned(
             self._tracer,
             PlannedIds(span_id_of(end["runId"], int(end["turn"])), root_trace_id),
             f"invoke_agent {agent}" if agent else "invoke_agent",
             parent,
-            kind=SpanKind.INTERNAL,
+            kind=SpanKind.INTERNAL if legacy else SpanKind.CLIENT,
             attributes=attributes,
             start_time=_nanoseconds(turn.started_at),
         )
@@ -310,8 +339,10 @@ def _nanoseconds(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-def open_turn_spans(run: RunLookup, turn: TurnLookup, environ: Mapping[str, str] = os.environ) -> TurnSpans | None:
-    """The span recorder the ``OTEL_*`` variables ask for, or ``None`` when tracing is off."""
+def open_turn_spans(run: RunLookup, turn: TurnLookup, environ: Mapping[str, str] = os.environ, *,
+                    conventions: str = CONVENTIONS[0]) -> TurnSpans | None:
+    """The span recorder the ``OTEL_*`` variables ask for, or ``None`` when tracing is off;
+    ``conventions`` is the GenAI conventions' release its spans follow (or ``legacy``)."""
     if not enabled(environ):
         return None
     resource = Resource.create({})
@@ -320,7 +351,7 @@ def open_turn_spans(run: RunLookup, turn: TurnLookup, environ: Mapping[str, str]
     provider = TracerProvider(resource=resource, id_generator=_PlannedIdGenerator())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     capture = environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
-    return TurnSpans(provider, run, turn, capture_content=capture)
+    return TurnSpans(provider, run, turn, capture_content=capture, conventions=conventions)
 
 
 async def run_or_none(lookup: Callable[[str], Awaitable[RunRecord]], run_id: str) -> RunRecord | None:

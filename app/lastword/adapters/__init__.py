@@ -24,8 +24,14 @@ ADAPTERS: dict[str, type[ProviderAdapter]] = {
     adapter.format: adapter for adapter in (AnthropicAdapter, OpenAIResponsesAdapter, ACPAdapter)
 }
 PROVIDER_FORMATS = tuple(ADAPTERS)
-#: Agent CLIs' standard output (SPEC §16), by ``{format}`` of the same endpoint.
+#: Agent CLIs' standard output (SPEC §16), by ``{format}`` of the same endpoint: the one list of
+#: the CLI formats (the endpoint's, ``lastword run``'s and the client's come from here).
 CLI_ADAPTERS: dict[str, type[CliAdapter]] = {adapter.format: adapter for adapter in (ClaudeCodeAdapter, CodexAdapter, OpencodeAdapter)}
+CLI_FORMATS = tuple(CLI_ADAPTERS)
+#: Every ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}``.
+INGEST_FORMATS = PROVIDER_FORMATS + CLI_FORMATS
+#: ``lastword run --format auto``: the CLI format of a command, by the command's name.
+FORMATS_BY_COMMAND = {adapter.command: adapter.format for adapter in CLI_ADAPTERS.values()}
 
 
 def translate(
@@ -44,4 +50,4 @@ def translate(
     return made, adapter.stop
 
 
-__all__ = ["ADAPTERS", "CLI_ADAPTERS", "PROVIDER_FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]
+__all__ = ["ADAPTERS", "CLI_ADAPTERS", "CLI_FORMATS", "FORMATS_BY_COMMAND", "INGEST_FORMATS", "PROVIDER_FORMATS", "NotTheFormat", "ProviderAdapter", "StreamStop", "translate"]

@@ -272,7 +272,7 @@ class TextPieces:
 
 
 #: Levels around a raw event in a stored message: the serving headroom (``NESTING_HEADROOM`` of
-#: ``lastword.http.ingest``, 4) and ``{…, "source": {"events": [event]}}`` (3).
+#: ``lastword.ingest.checks``, 4) and ``{…, "source": {"events": [event]}}`` (3).
 _SOURCE_DEPTH = 7
 
 

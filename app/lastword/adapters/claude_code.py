@@ -76,6 +76,7 @@ class _Context:
 
 class ClaudeCodeAdapter(CliAdapter):
     format = "claude-code"
+    command = "claude"
 
     def __init__(self) -> None:
         super().__init__()

@@ -44,6 +44,8 @@ class CliAdapter(abc.ABC):
 
     #: The ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}``.
     format: ClassVar[str]
+    #: The CLI's command name (``lastword run --format auto`` goes by it).
+    command: ClassVar[str]
 
     def __init__(self) -> None:
         #: Lines read so far.

@@ -58,6 +58,7 @@ SKIPPED = frozenset({"item.started", "item.updated"})
 
 class CodexAdapter(CliAdapter):
     format = "codex"
+    command = "codex"
 
     def __init__(self) -> None:
         super().__init__()

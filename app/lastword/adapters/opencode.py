@@ -58,6 +58,7 @@ class _Step:
 
 class OpencodeAdapter(CliAdapter):
     format = "opencode"
+    command = "opencode"
 
     def __init__(self) -> None:
         super().__init__()

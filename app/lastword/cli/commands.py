@@ -58,6 +58,16 @@ TAIL_RECONNECTS = 1_000_000
 TAIL_POLL_SECONDS = 0.25
 
 
+def _url_host(host: str) -> str:
+    """``host`` as it goes in a URL a person opens: an IPv6 address in brackets, and a wildcard
+    address as the loopback one, which a browser on this machine reaches."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _serve(args: argparse.Namespace) -> int:
     from lastword.http.logs import configure_logging
     from lastword.server import LastwordServer, give_big_blocks_back, uvicorn_config
@@ -72,6 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
         return USAGE
     configure_logging(settings.log_level)
     server = LastwordServer(uvicorn_config(settings))
+    base = f"http://{_url_host(settings.host)}:{settings.port}"
+    print(f"lastword serve: {base} (dashboard {base}/dashboard, API docs {base}/docs)", file=sys.stderr, flush=True)
     # Everything imported and built so far lives as long as the process: moving it out of the
     # collector's sight makes each collection (frequent under ingest) scan only new objects.
     gc.collect()
@@ -224,9 +236,9 @@ def _result(args: argparse.Namespace) -> int:
             print(tool.model_dump_json(indent=2))
             return 0
         if args.wait is not None:
-            result = client.wait_result(args.run, timeout=args.wait)
+            result = client.wait_result(args.run, timeout=args.wait, texts=args.texts)
         else:
-            result = client.result(args.run)
+            result = client.result(args.run, texts=args.texts)
         print(result.model_dump_json(indent=2, exclude_none=True))
     return 0
 
@@ -237,12 +249,19 @@ def _push(args: argparse.Namespace) -> int:
         if args.text:
             # A character split between two reads is completed by the next one.
             decoder = codecs.getincrementaldecoder("utf-8")()
-            total, sent = 0, False
-            while piece := stdin.read1(65536):
-                text = decoder.decode(piece)
-                if text:
-                    total, sent = total + client.push_text(args.run, text).accepted, True
-            tail = decoder.decode(b"", final=True)
+            total, sent, read = 0, False, 0
+            try:
+                while piece := stdin.read1(65536):
+                    text = decoder.decode(piece)
+                    read += len(piece)
+                    if text:
+                        total, sent = total + client.push_text(args.run, text).accepted, True
+                tail = decoder.decode(b"", final=True)
+            except UnicodeDecodeError as error:
+                at = read + error.start  # within the piece that failed; ``read`` counts the pieces before it
+                print(f"lastword push: standard input is not UTF-8 text (byte {at}); --text takes UTF-8. "
+                      f"What came before it was sent (accepted {total}).", file=sys.stderr)
+                return USAGE
             if tail:
                 total, sent = total + client.push_text(args.run, tail).accepted, True
             if not sent:
@@ -256,10 +275,16 @@ def _push(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             try:
-                batch.append(json.loads(line))
+                value = json.loads(line)
             except ValueError as error:
                 print(f"lastword push: line {number}: not JSON: {error}", file=sys.stderr)
-                return 2
+                return USAGE
+            events = value if isinstance(value, list) else [value]
+            if not all(isinstance(event, dict) for event in events):
+                print(f"lastword push: line {number}: a line is one event (a JSON object) or an array of them, "
+                      f"not {_json_kind(value)}", file=sys.stderr)
+                return USAGE
+            batch.extend(events)
             if len(batch) >= args.batch:
                 answer, sent = client.push_events(args.run, batch), True
                 accepted, duplicates, batch = accepted + answer.accepted, duplicates + answer.duplicates, []
@@ -270,6 +295,12 @@ def _push(args: argparse.Namespace) -> int:
             _nothing_read()
         print(f"accepted {accepted}, duplicates {duplicates}")
     return 0
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array holding something other than objects"
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "null")
 
 
 def _nothing_read() -> None:
@@ -419,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     result.add_argument("run", metavar="RUN")
     result.add_argument("--wait", type=float, metavar="SECONDS", help="wait up to SECONDS for the turn to end")
     result.add_argument("--tool", action="store_true", help="print the parent model's tool result instead")
+    result.add_argument("--texts", action="store_true",
+                        help="add 'texts': every text the assistant wrote in the turn, in order (the output is unchanged)")
     _add_remote(result)
     result.set_defaults(handler=_result)
 
@@ -450,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(handler=_audit)
 
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
-    from lastword.cli.run import CLI_FORMATS, FORMATS_BY_COMMAND
+    from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
     from lastword.cli.run import KILL_AFTER as RUN_KILL_AFTER
     from lastword.cli.run import RETRY_SECONDS as RUN_RETRY_SECONDS
 

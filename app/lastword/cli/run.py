@@ -56,13 +56,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
+from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
 from lastword.client import retry
 from lastword.client.core import LastwordAPIError, LastwordClient
 from lastword.schemas import IngestResult, SubagentResult
 
-#: ``--format auto``: the format of a command, by its file name.
-FORMATS_BY_COMMAND = {"claude": "claude-code", "codex": "codex", "opencode": "opencode"}
-CLI_FORMATS = ("claude-code", "codex", "opencode")
 
 #: The exit status for each stop reason (SPEC §16).
 EXIT_BY_STOP_REASON = {

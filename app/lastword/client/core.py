@@ -350,11 +350,13 @@ class _Core:
             body["error"] = error
         return _Call("POST", f"/v1/runs/{run_id}/end", _decoder(SubagentResult), json=body)
 
-    def result(self, run_id: str, turn: int | None, wait: float | None = None) -> _Call[SubagentResult]:
+    def result(self, run_id: str, turn: int | None, wait: float | None = None,
+               texts: bool = False) -> _Call[SubagentResult]:
+        params: dict[str, Any] = {**_turn_params(turn), **({"include": "texts"} if texts else {})}
         if wait is None:
-            return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult), params=_turn_params(turn))
+            return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult), params=params)
         return _Call("GET", f"/v1/runs/{run_id}/result", _decoder(SubagentResult),
-                     params={"wait": wait, **_turn_params(turn)}, timeout=self.long_poll_timeout(wait))
+                     params={"wait": wait, **params}, timeout=self.long_poll_timeout(wait))
 
     def tool_result(self, run_id: str, turn: int | None, wait: float) -> _Call[ToolResult | None]:
         params: dict[str, Any] = {"wait": wait, **_turn_params(turn)}
@@ -431,16 +433,17 @@ class _Wait:
     """The long poll of ``wait_result``: one request after another until the turn ends or the
     caller's time runs out, each asking the server to hold it up to ``WAIT_PER_REQUEST``."""
 
-    def __init__(self, core: _Core, run_id: str, timeout: float, turn: int | None) -> None:
+    def __init__(self, core: _Core, run_id: str, timeout: float, turn: int | None, texts: bool = False) -> None:
         self._core = core
         self._run_id = run_id
         self._deadline = time.monotonic() + timeout
         self._turn = turn
+        self._texts = texts
         self._wait = 0.0
 
     def next_call(self) -> _Call[SubagentResult]:
         self._wait = max(0.0, min(WAIT_PER_REQUEST, self._deadline - time.monotonic()))
-        return self._core.result(self._run_id, self._turn, self._wait)
+        return self._core.result(self._run_id, self._turn, self._wait, self._texts)
 
     def finished(self, result: SubagentResult) -> bool:
         # Without a turn asked for, the next polls ask for the turn the first answer was about:
@@ -784,16 +787,18 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
         """End the current turn; the same end again answers the same result."""
         return self._send(self._core.end(run_id, stop_reason, error, cascade))
 
-    def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
-        """The turn's result as it stands now."""
-        return self._send(self._core.result(run_id, turn))
+    def result(self, run_id: str, *, turn: int | None = None, texts: bool = False) -> SubagentResult:
+        """The turn's result as it stands now; ``texts``: with every text the assistant wrote in it."""
+        return self._send(self._core.result(run_id, turn, texts=texts))
 
-    def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+    def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None,
+                    texts: bool = False) -> SubagentResult:
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out
+        (``texts``: with every text the assistant wrote in it).
 
         Without ``turn`` it is the turn current when this is called, however many polls it takes.
         """
-        wait = _Wait(self._core, run_id, timeout, turn)
+        wait = _Wait(self._core, run_id, timeout, turn, texts)
         while True:
             result = self._send(wait.next_call())
             if wait.finished(result):
@@ -1015,16 +1020,18 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         """End the current turn; the same end again answers the same result."""
         return await self._send(self._core.end(run_id, stop_reason, error, cascade))
 
-    async def result(self, run_id: str, *, turn: int | None = None) -> SubagentResult:
-        """The turn's result as it stands now."""
-        return await self._send(self._core.result(run_id, turn))
+    async def result(self, run_id: str, *, turn: int | None = None, texts: bool = False) -> SubagentResult:
+        """The turn's result as it stands now; ``texts``: with every text the assistant wrote in it."""
+        return await self._send(self._core.result(run_id, turn, texts=texts))
 
-    async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None) -> SubagentResult:
-        """The turn's result once it has ended, or as it stands when ``timeout`` runs out.
+    async def wait_result(self, run_id: str, *, timeout: float = 300.0, turn: int | None = None,
+                    texts: bool = False) -> SubagentResult:
+        """The turn's result once it has ended, or as it stands when ``timeout`` runs out
+        (``texts``: with every text the assistant wrote in it).
 
         Without ``turn`` it is the turn current when this is called, however many polls it takes.
         """
-        wait = _Wait(self._core, run_id, timeout, turn)
+        wait = _Wait(self._core, run_id, timeout, turn, texts)
         while True:
             result = await self._send(wait.next_call())
             if wait.finished(result):

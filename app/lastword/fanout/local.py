@@ -1,7 +1,7 @@
 """Fan-out: how what the store committed reaches this replica's live subscribers and waiters.
 
-One small interface, two implementations, chosen when the service is built
-(:func:`lastword.factory.open_fanout`):
+One small interface, two implementations, chosen by name when the core is opened
+(:mod:`lastword.registry`):
 
 * :class:`LocalFanout` — one process owns the database (SQLite): what a request committed is
   handed to the hub straight after the commit.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from lastword.fanout.hub import Hub
@@ -31,19 +31,36 @@ if TYPE_CHECKING:
     from lastword.fanout.notify import NoticeListener
 
 
-def _nobody(_name: str) -> None:
-    pass
+class Wakeups(Protocol):
+    """Who is told what another replica changed: the Durable Streams readers (SPEC §17), parked
+    on runs and streams that the hub does not carry. A replica wakes its own readers as it
+    commits; these calls bring the other replicas' changes."""
+
+    def run_changed(self, run_id: str) -> None:
+        """Run ``run_id``'s log grew."""
+
+    def changed(self, path: str) -> None:
+        """The Durable Stream at ``path`` changed."""
+
+    def wake_all(self) -> None:
+        """Notices may have been lost: every reader looks again."""
+
+
+class _Nobody:
+    def run_changed(self, run_id: str) -> None:
+        pass
+
+    def changed(self, path: str) -> None:
+        pass
+
+    def wake_all(self) -> None:
+        pass
 
 
 class Fanout(abc.ABC):
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, wakeups: Wakeups | None = None) -> None:
         self.hub = hub
-        #: Told the run id of each run another replica committed to, the path of each Durable
-        #: Stream it changed (SPEC §17), and when notices may have been lost: the service hooks
-        #: its stream readers' wake-ups here (a replica wakes its own readers as it commits).
-        self.run_changed: Callable[[str], None] = _nobody
-        self.stream_changed: Callable[[str], None] = _nobody
-        self.notices_lost: Callable[[], None] = lambda: None
+        self.wakeups: Wakeups = wakeups or _Nobody()
 
     @abc.abstractmethod
     def committed(self, stored: Sequence[StoredEvent]) -> None:
@@ -76,8 +93,8 @@ class LogReader(Feed, RunLog, Protocol):
 class NoticeFanout(Fanout):
     """Publish from PostgreSQL commit notices, in commit order, reading the log for the events."""
 
-    def __init__(self, hub: Hub, store: LogReader, conninfo: str, channel: str) -> None:
-        super().__init__(hub)
+    def __init__(self, hub: Hub, store: LogReader, conninfo: str, channel: str, wakeups: Wakeups | None = None) -> None:
+        super().__init__(hub, wakeups)
         from lastword.fanout.notify import NoticeListener
 
         self.store = store
@@ -85,7 +102,7 @@ class NoticeFanout(Fanout):
 
     def _resync(self) -> None:
         self.hub.resync()
-        self.notices_lost()
+        self.wakeups.wake_all()
 
     def committed(self, stored: Sequence[StoredEvent]) -> None:
         pass  # its notice brings it, in order with every other replica's commits
@@ -111,13 +128,13 @@ class NoticeFanout(Fanout):
         for notice in received:
             if isinstance(notice, StreamNotice):
                 if notice.path is None:
-                    self.notices_lost()  # a stream whose path did not fit in a notice
+                    self.wakeups.wake_all()  # a stream whose path did not fit in a notice
                 else:
-                    self.stream_changed(notice.path)
+                    self.wakeups.changed(notice.path)
             else:
                 notices.append(notice)
         for run_id in {notice.run_id for notice in notices}:
-            self.run_changed(run_id)
+            self.wakeups.run_changed(run_id)
         hub = self.hub
         # A join hears its parent's children by their lifecycle events, which the feed holds.
         wants_feed = hub.has_feed_subscribers or hub.has_child_waiters

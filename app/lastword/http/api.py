@@ -5,26 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from lastword.adapters import CLI_ADAPTERS
+from lastword.adapters import CLI_ADAPTERS, INGEST_FORMATS
 from lastword.errors import InvalidCursor, UnsupportedMedia
-from lastword.http.cli_ingest import ingest_cli_stream
-from lastword.http.ingest import (
-    encode_events,
-    ingest_json,
-    ingest_ndjson,
-    ingest_text,
-    media_type,
-    read_model,
-    text_delta,
-)
-from lastword.http.provider_ingest import ingest_provider_stream
+from lastword.http.body import body_of
+from lastword.ingest.checks import encode_events
+from lastword.ingest.cli import ingest_cli_stream
+from lastword.ingest.events import ingest_json, ingest_ndjson, ingest_text, read_model, text_delta
+from lastword.ingest.provider import ingest_provider_stream
 from lastword.http.strict_ints import DecimalDigits, parse_decimal
 from lastword.http.views import delivery_view, logged_event_view, result_view, run_view, turn_summary_view
 from lastword.rules.events import EVENT_JSON_SCHEMA
@@ -52,7 +46,7 @@ from lastword.schemas import (
 from lastword.service import RunService
 from lastword.settings import Settings
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["runs"])
 
 T = TypeVar("T")
 
@@ -68,7 +62,7 @@ def json_body(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any
 
 
 def service_of(request: Request) -> RunService:
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     return service
 
 
@@ -105,7 +99,7 @@ LimitQuery = Annotated[
 )
 async def create_run(request: Request, response: Response) -> dict[str, Any]:
     """Create a run (idempotent by ``runId``); starts turn 1 and emits ``subagent/start``."""
-    body = await read_model(request, RunCreate, settings_of(request).max_body_bytes, optional=True)
+    body = await read_model(body_of(request), RunCreate, settings_of(request).max_body_bytes, optional=True)
     run, created = await service_of(request).create(body.new_run())
     response.status_code = 201 if created else 200
     return run_view(run)
@@ -233,11 +227,12 @@ async def append_events(request: Request, runId: str) -> Response:
     """Append events: a JSON object or array (all or nothing), or NDJSON applied line by line."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
     append = _appender(service, settings_of(request), runId)
-    kind = media_type(request)
+    body = body_of(request)
+    kind = body.media_type
     if kind in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
-        return appended(await ingest_ndjson(request, limit, append))
+        return appended((await ingest_ndjson(body, limit, append)).answer())
     if kind in ("application/json", ""):
-        return appended(await ingest_json(request, limit, settings_of(request).max_batch_events, append))
+        return appended((await ingest_json(body, limit, settings_of(request).max_batch_events, append)).answer())
     raise UnsupportedMedia(f"expected application/json or application/x-ndjson, got {kind!r}")
 
 
@@ -268,16 +263,17 @@ async def append_chunks(request: Request, runId: str) -> Response:
     """Append bare chunk text: each piece of a streamed ``text/plain`` body is one text delta."""
     service, limit = service_of(request), settings_of(request).max_body_bytes
     append = _appender(service, settings_of(request), runId)
-    kind = media_type(request)
+    body = body_of(request)
+    kind = body.media_type
     if kind == "text/plain":
-        answer = await ingest_text(request, limit, append)
-        if answer["lastSeq"] is None:
+        stored = await ingest_text(body, limit, append)
+        if stored.last_seq is None:
             # An empty body stores nothing; the run must still exist, and lastSeq is its own.
-            answer["lastSeq"] = (await service.get_run(runId)).last_seq
-        return appended(answer)
+            stored.last_seq = (await service.get_run(runId)).last_seq
+        return appended(stored.answer())
     if kind == "application/json":
-        body = await read_model(request, ChunkText, limit)
-        outcome = await append([text_delta(body.text, body.eventId)])
+        chunk = await read_model(body, ChunkText, limit)
+        outcome = await append([text_delta(chunk.text, chunk.eventId)])
         return appended({"accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq})
     raise UnsupportedMedia(f"expected text/plain or application/json, got {kind!r}")
 
@@ -293,6 +289,11 @@ router.add_api_route(
     route_class_override=PlainRoute,
 )
 
+
+if TYPE_CHECKING:
+    IngestFormat = str
+else:  # the ``{format}`` values, from the adapters' registry (an enum in the OpenAPI document)
+    IngestFormat = Literal[INGEST_FORMATS]
 
 INGEST_BODY = {
     "parameters": [
@@ -321,7 +322,7 @@ INGEST_BODY = {
 async def ingest_provider(
     request: Request,
     runId: str,
-    format: Annotated[Literal["anthropic", "openai-responses", "acp", "claude-code", "codex", "opencode"],
+    format: Annotated[IngestFormat,
                       Path(description="Whose stream the body is: Anthropic Messages, OpenAI Responses or ACP "
                                        "(one model call, SPEC §13); or the standard output of an agent CLI, "
                                        "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
@@ -329,9 +330,10 @@ async def ingest_provider(
                                            "(provider streams; a CLI's terminal line always does).")] = False,
 ) -> dict[str, Any]:
     """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
+    body = body_of(request)
     if format in CLI_ADAPTERS:
-        return await ingest_cli_stream(request, service_of(request), settings_of(request), runId, format)
-    return await ingest_provider_stream(request, service_of(request), settings_of(request), runId, format, end)
+        return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format)).answer()
+    return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end)).answer()
 
 
 @router.post(
@@ -343,7 +345,7 @@ async def ingest_provider(
 )
 async def end_turn(request: Request, runId: str) -> dict[str, Any]:
     """End the current turn; the same end again answers the same result."""
-    body = await read_model(request, EndRequest, settings_of(request).max_body_bytes)
+    body = await read_model(body_of(request), EndRequest, settings_of(request).max_body_bytes)
     outcome = await service_of(request).end(runId, body.stop_reason, body.error, cascade=body.cascade)
     return result_view(outcome.turn)
 
@@ -401,12 +403,20 @@ CLIENT_GONE = 499
 
 
 @router.get("/runs/{runId}/result", response_model=SubagentResult, response_model_exclude_unset=True, responses=problems(404, 410, 422))
-async def get_result(request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0) -> Any:
+async def get_result(
+    request: Request, runId: str, turn: TurnQuery = None, wait: WaitQuery = 0,
+    include: Annotated[Literal["texts"] | None, Query(
+        description="'texts' adds `texts`: every visible text the assistant wrote in the turn, in order "
+                    "(for a child whose last message points back at an earlier one); `output` is unchanged.")] = None,
+) -> Any:
     """The turn's ``SubagentResult``; ``?wait=S`` blocks up to S seconds for it to end."""
     record = await _long_poll(request, runId, turn, min(wait, settings_of(request).max_wait_seconds))
     if record is None:
         return Response(status_code=CLIENT_GONE)
-    return result_view(record)
+    view = result_view(record)
+    if include == "texts":
+        view["texts"] = await service_of(request).texts(record)
+    return view
 
 
 @router.get(

@@ -41,6 +41,12 @@ def _asset(name: str) -> bytes:
     return resources.files("lastword.http").joinpath("static", name).read_bytes()
 
 
+@router.get("/")
+async def root() -> RedirectResponse:
+    """The service's address opened in a browser shows the dashboard."""
+    return RedirectResponse("/dashboard", status_code=307)
+
+
 @router.get("/dashboard")
 async def page() -> Response:
     return Response(_asset("dashboard.html"), media_type="text/html; charset=utf-8", headers=HEADERS)

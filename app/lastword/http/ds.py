@@ -6,7 +6,9 @@ also how ``Stream-Forked-From`` names it). One route takes every method, because
 gives each method of one URL its own meaning: ``PUT`` creates (or forks), ``POST`` appends or
 closes, ``GET`` reads (catch-up, ``live=long-poll``, ``live=sse``), ``HEAD`` answers the metadata,
 ``DELETE`` deletes. Refusals are the protocol's statuses and headers, with a problem document
-as the body; every answer carries the browser security headers the protocol recommends.
+as the body: the rules, the store and the service say why they refuse (a
+:class:`~lastword.errors.DsRefusal`'s reason and facts), and this module alone turns that into
+a status and headers. Every answer carries the browser security headers the protocol recommends.
 
 ``HEAD`` is served here, not by :mod:`lastword.http.head`: the protocol's HEAD answers metadata
 without reading the stream and leaves a sliding TTL alone, which a GET would not.
@@ -29,7 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lastword.ds_service import StreamService, run_id_of
-from lastword.errors import DsRefusal, LastwordError, PayloadTooLarge, RunEnded, problem_json
+from lastword.errors import DsReason, DsRefusal, LastwordError, PayloadTooLarge, RunEnded, problem_json
 from lastword.http import ds_runs, sse
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Slice
@@ -47,17 +49,49 @@ EXPOSED_HEADERS = ("Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream
 
 
 def streams_of(request: Request) -> StreamService:
-    service: StreamService = request.app.state.service.streams
+    service: StreamService = request.app.state.core.streams
     return service
+
+
+#: The status the protocol answers each refusal with.
+REFUSAL_STATUS: dict[DsReason, int] = {
+    "invalid": 400, "stale_epoch": 403, "not_found": 404, "not_deletable": 405, "conflict": 409,
+    "closed": 409, "gone": 410, "too_large": 413,
+}
+#: What a path that cannot be deleted (a run's) can be asked.
+RUN_METHODS = "GET, HEAD, PUT, POST"
+
+
+def refusal_headers(error: DsRefusal) -> dict[str, str]:
+    """The protocol's headers for a refusal's facts: what a producer is to send next, the
+    current epoch, where a closed stream ends."""
+    headers: dict[str, str] = {}
+    if error.expected_seq is not None:
+        headers["Producer-Expected-Seq"] = str(error.expected_seq)
+    if error.received_seq is not None:
+        headers["Producer-Received-Seq"] = str(error.received_seq)
+    if error.epoch is not None:
+        headers["Producer-Epoch"] = str(error.epoch)
+    if error.reason == "closed":
+        headers["Stream-Closed"] = "true"
+        if error.tail is not None:
+            headers["Stream-Next-Offset"] = ds.offset(error.tail)
+    if error.reason == "not_deletable":
+        headers["Allow"] = RUN_METHODS
+    return headers
 
 
 def _refused(error: LastwordError) -> Response:
     headers = dict(SECURITY)
+    status = error.http_status
     if isinstance(error, DsRefusal):
-        headers.update(error.headers)
+        status = REFUSAL_STATUS[error.reason]
+        headers.update(refusal_headers(error))
     elif isinstance(error, RunEnded):
         headers["Stream-Closed"] = "true"  # a run written as a stream (SPEC §17): its end closed it
-    return Response(problem_json(error), status_code=error.http_status, media_type="application/problem+json",
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return Response(problem_json(error, status), status_code=status, media_type="application/problem+json",
                     headers=headers)
 
 
@@ -122,13 +156,13 @@ async def _create(request: Request, name: str) -> Response:
     expires_at = headers.get("stream-expires-at")
     expires_epoch = ds.parse_expires_at(expires_at)
     if ttl is not None and expires_epoch is not None:
-        raise DsRefusal(status=400, detail="Stream-TTL and Stream-Expires-At exclude each other")
+        raise DsRefusal("invalid", "Stream-TTL and Stream-Expires-At exclude each other")
     forked_from = headers.get("stream-forked-from")
     sub_offset = headers.get("stream-fork-sub-offset")
     if forked_from is None and (headers.get("stream-fork-offset") is not None or sub_offset is not None):
-        raise DsRefusal(status=400, detail="Stream-Fork-Offset needs Stream-Forked-From")
+        raise DsRefusal("invalid", "Stream-Fork-Offset needs Stream-Forked-From")
     if sub_offset is not None and not ds._DIGITS.fullmatch(sub_offset.strip()):
-        raise DsRefusal(status=400, detail=f"Stream-Fork-Sub-Offset {sub_offset!r} is not a non-negative integer")
+        raise DsRefusal("invalid", f"Stream-Fork-Sub-Offset {sub_offset!r} is not a non-negative integer")
     if forked_from is not None:
         forked_from = forked_from.strip()
         if forked_from.startswith("/ds/"):
@@ -146,9 +180,9 @@ async def _create(request: Request, name: str) -> Response:
     answer = _stream_headers(Slice(state, state.tail, []))
     if state.closed:
         answer["Stream-Closed"] = "true"
-    if outcome.status == 201:
+    if outcome.created:
         answer["Location"] = str(request.url.replace(query=""))
-    return Response(status_code=outcome.status, headers=answer)
+    return Response(status_code=201 if outcome.created else 200, headers=answer)
 
 
 async def _append(request: Request, name: str) -> Response:
@@ -166,7 +200,8 @@ async def _append(request: Request, name: str) -> Response:
         answer["Stream-Closed"] = "true"
     if outcome.producer is not None:
         answer["Producer-Epoch"], answer["Producer-Seq"] = (str(n) for n in outcome.producer)
-    return Response(status_code=outcome.status, headers=answer)
+    # The protocol's 200 acknowledges a producer's stored append; anything else is 204.
+    return Response(status_code=200 if outcome.producer is not None and outcome.stored else 204, headers=answer)
 
 
 def _head(found: Slice) -> Response:
@@ -195,12 +230,12 @@ async def _read(request: Request, name: str) -> Response:
     live = query.get("live")
     text = query.get("offset")
     if live is not None and live not in ("long-poll", "sse"):
-        raise DsRefusal(status=400, detail=f"live={live!r} is not a read mode (long-poll, sse)")
+        raise DsRefusal("invalid", f"live={live!r} is not a read mode (long-poll, sse)")
     if live is not None and text is None:
-        raise DsRefusal(status=400, detail="a live read needs an offset")
+        raise DsRefusal("invalid", "a live read needs an offset")
     client_cursor = query.get("cursor")
     if text is not None and text not in (ds.START, ds.NOW) and ds.position_of(text) is None:
-        raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
+        raise DsRefusal("invalid", f"offset {text!r} is not one this server hands out")
     found = await service.read(name, text if text is not None else ds.START)
     if live == "sse":
         return _sse(request, service, name, found, client_cursor)

@@ -22,10 +22,11 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from lastword.errors import DsRefusal, EmptyBatch, NotFound, Unprocessable
-from lastword.http import json_input
-from lastword.http.ingest import encode_events, read_body
+from lastword.http.body import body_of
+from lastword.ingest import json_input
+from lastword.ingest.body import read_body
+from lastword.ingest.checks import check_pushed, encode_events
 from lastword.rules import ds
-from lastword.rules.events import validate_events
 from lastword.schemas import RunCreate
 from lastword.service import RunService
 
@@ -35,27 +36,27 @@ NOT_FOR_RUNS = ("stream-ttl", "stream-expires-at", "stream-forked-from", "stream
 
 
 def _service(request: Request) -> RunService:
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     return service
 
 
 def _require_json(content_type: str | None) -> None:
     if not ds.is_json(content_type or ""):
-        raise DsRefusal(f"a run is a stream of JSON events (application/json), not {content_type!r}", status=409)
+        raise DsRefusal("conflict", f"a run is a stream of JSON events (application/json), not {content_type!r}")
 
 
 async def _events(request: Request, *, allow_empty: bool) -> list[dict[str, Any]]:
     """The body's messages as validated §4 events (an array's items, or the one event)."""
     settings = request.app.state.settings
-    raw = await read_body(request, settings.max_body_bytes)
+    raw = await read_body(body_of(request), settings.max_body_bytes)
     if not raw.strip() and allow_empty:
         return []
     events = json_input.loads_events(raw)
     if not events and not allow_empty:
         raise EmptyBatch("an empty JSON array appends nothing")
     if len(events) > settings.max_batch_events:
-        raise DsRefusal(f"the batch holds more than {settings.max_batch_events} events", status=413)
-    validate_events(events)
+        raise DsRefusal("too_large", f"the batch holds more than {settings.max_batch_events} events")
+    check_pushed(events)
     return events
 
 
@@ -69,9 +70,9 @@ async def create(request: Request, run_id: str, security: dict[str, str]) -> Res
     _require_json(headers.get("content-type"))
     given = [name for name in NOT_FOR_RUNS if name in headers]
     if given:
-        raise DsRefusal(f"a run has no {given[0]} (it has a lease; forks are made with forkOf)", status=400)
+        raise DsRefusal("invalid", f"a run has no {given[0]} (it has a lease; forks are made with forkOf)")
     if ds.flag(headers.get("stream-closed")):
-        raise DsRefusal("a run closes when its turn ends: append a turn/end event", status=400)
+        raise DsRefusal("invalid", "a run closes when its turn ends: append a turn/end event")
     try:
         spec = RunCreate.model_validate({"runId": run_id})
     except ValidationError:
@@ -99,7 +100,7 @@ async def append(request: Request, run_id: str, security: dict[str, str]) -> Res
     producer = ds.parse_producer(headers.get("producer-id"), headers.get("producer-epoch"),
                                  headers.get("producer-seq"))
     if ds.flag(headers.get("stream-closed")):
-        raise DsRefusal("a run closes when its turn ends: append a turn/end event", status=400)
+        raise DsRefusal("invalid", "a run closes when its turn ends: append a turn/end event")
     _require_json(headers.get("content-type"))
     events = await _events(request, allow_empty=False)
     encoded = await encode_events(events, request.app.state.settings.max_event_bytes)

@@ -183,6 +183,26 @@ class McpFace:
             return _structured_result(run_view(run))
 
         @server.tool(
+            name="read_child_texts",
+            description=(
+                "Read every text a child run's assistant wrote in a turn, in order. Use it when the "
+                "child's result only points back at something it said earlier (\"the findings are "
+                "in my previous message\"): its earlier texts are here. turn defaults to the current turn."
+            ),
+        )
+        async def read_child_texts(
+            run_id: RunId,
+            turn: Annotated[int | None, Field(ge=1, description="A turn number; the current turn when omitted.")] = None,
+        ) -> CallToolResult:
+            service = self._service()
+            try:
+                _, record = await service.result(run_id, turn, 0)
+                texts = await service.texts(record)
+            except LastwordError as error:
+                return _error_result(error)
+            return _structured_result({"runId": run_id, "turn": record.turn, "texts": texts})
+
+        @server.tool(
             name="read_child_transcript",
             description=(
                 "Read a child run's conversation history, ready to send back to a model when you "

@@ -36,7 +36,7 @@ from lastword.rules.records import RunRecord, StoredEvent
 from lastword.schemas import Problem
 from lastword.service import RunService
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["streams"])
 
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "An SSE stream."},
@@ -233,7 +233,7 @@ async def run_stream(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventStream:
     """SSE of one run: ``run/snapshot``, ``subagent/start``, ``subagent/end`` (and chunks)."""
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     service.refuse_if_draining()
     types = LIFECYCLE_TYPES | ({"assistant/chunk"} if include == "chunks" else set())
     resume = _resume_point(last_event_id, after)
@@ -308,7 +308,7 @@ async def firehose(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventStream:
     """SSE of every run's lifecycle events, for dashboards; ``?parentRunId=`` filters."""
-    service: RunService = request.app.state.service
+    service: RunService = request.app.state.core.runs
     service.refuse_if_draining()
     resume = _resume_point(last_event_id, after)
     subscription = service.subscribe_feed(parentRunId)

@@ -11,7 +11,8 @@ zero here; an offset with anything else there is not ours (400). Reading
 from offset ``n`` answers the entries after ``n``.
 
 Each decision is a function of the stream's state and the request, answering what to do or
-raising a :class:`~lastword.errors.DsRefusal` with the protocol's status and headers; the store applies it in the
+raising a :class:`~lastword.errors.DsRefusal` that says why (a reason and the facts a client needs,
+such as the producer seq expected), never how a transport answers it; the store applies it in the
 transaction that read the state, so check and write cannot be separated by another writer.
 """
 
@@ -62,9 +63,9 @@ def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
         return "now"
     position = position_of(text)
     if position is None:
-        raise DsRefusal(status=400, detail=f"offset {text!r} is not one this server hands out")
+        raise DsRefusal("invalid", f"offset {text!r} is not one this server hands out")
     if position > tail:
-        raise DsRefusal(status=400, detail=f"offset {text!r} is past the stream's tail")
+        raise DsRefusal("invalid", f"offset {text!r} is past the stream's tail")
     return position
 
 
@@ -92,7 +93,7 @@ def parse_ttl(value: str | None) -> int | None:
     if value is None:
         return None
     if not _DIGITS.fullmatch(value):
-        raise DsRefusal(status=400, detail=f"Stream-TTL {value!r} is not a whole number of seconds")
+        raise DsRefusal("invalid", f"Stream-TTL {value!r} is not a whole number of seconds")
     return int(value)
 
 
@@ -101,11 +102,11 @@ def parse_expires_at(value: str | None) -> float | None:
         return None
     text = value.strip()
     if not _RFC3339.fullmatch(text):
-        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not an RFC 3339 time")
+        raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not an RFC 3339 time")
     try:
         return datetime.fromisoformat(text.upper().replace(" ", "T")).timestamp()
     except ValueError:
-        raise DsRefusal(status=400, detail=f"Stream-Expires-At {value!r} is not a valid time") from None
+        raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not a valid time") from None
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,14 @@ def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Produ
     if not any(given):
         return None
     if not all(given):
-        raise DsRefusal(status=400, detail="Producer-Id, Producer-Epoch and Producer-Seq go together")
+        raise DsRefusal("invalid", "Producer-Id, Producer-Epoch and Producer-Seq go together")
     assert pid is not None and epoch is not None and seq is not None
     if not pid.strip():
-        raise DsRefusal(status=400, detail="Producer-Id is empty")
+        raise DsRefusal("invalid", "Producer-Id is empty")
     numbers = []
     for name, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
         if not _DIGITS.fullmatch(value.strip()) or int(value) > MAX_SAFE:
-            raise DsRefusal(status=400, detail=f"{name} {value!r} is not an integer from 0 to 2^53-1")
+            raise DsRefusal("invalid", f"{name} {value!r} is not an integer from 0 to 2^53-1")
         numbers.append(int(value))
     return Producer(pid, numbers[0], numbers[1])
 
@@ -145,22 +146,22 @@ def check_producer(producer: Producer, state: tuple[int, int] | None) -> Produce
     """Epoch fencing and sequence checks against the producer's stored ``(epoch, last seq)``."""
     if state is None:
         if producer.seq != 0:
-            raise DsRefusal(status=409, detail=f"a new producer starts at seq 0, not {producer.seq}",
-                            headers={"Producer-Expected-Seq": "0", "Producer-Received-Seq": str(producer.seq)})
+            raise DsRefusal("conflict", f"a new producer starts at seq 0, not {producer.seq}",
+                            expected_seq=0, received_seq=producer.seq)
         return "accept"
     epoch, last = state
     if producer.epoch < epoch:
-        raise DsRefusal(status=403, detail=f"producer epoch {producer.epoch} is stale; the current one is {epoch}",
-                        headers={"Producer-Epoch": str(epoch)})
+        raise DsRefusal("stale_epoch", f"producer epoch {producer.epoch} is stale; the current one is {epoch}",
+                        epoch=epoch)
     if producer.epoch > epoch:
         if producer.seq != 0:
-            raise DsRefusal(status=400, detail=f"a new epoch starts at seq 0, not {producer.seq}")
+            raise DsRefusal("invalid", f"a new epoch starts at seq 0, not {producer.seq}")
         return "accept"
     if producer.seq <= last:
         return "duplicate"
     if producer.seq > last + 1:
-        raise DsRefusal(status=409, detail=f"producer seq {producer.seq} leaves a gap after {last}",
-                        headers={"Producer-Expected-Seq": str(last + 1), "Producer-Received-Seq": str(producer.seq)})
+        raise DsRefusal("conflict", f"producer seq {producer.seq} leaves a gap after {last}",
+                        expected_seq=last + 1, received_seq=producer.seq)
     return "accept"
 
 
@@ -172,23 +173,27 @@ _decoder = json.JSONDecoder(parse_constant=_no_constants)
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
+def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     """A JSON mode body as its messages, each the exact text of one value.
 
-    An array is flattened one level; any other value is one message. Not JSON is 400, and so is
-    an empty array unless ``allow_empty`` (a PUT's initial content may be ``[]``).
+    An array is flattened one level; any other value is one message. Not JSON is refused, and
+    so is an array of more than ``limit`` messages, as soon as the one past it is read: a small
+    body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
     try:
         text = body.decode("utf-8")
         start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
         if text.startswith("[", start):
-            messages = []
+            messages: list[bytes] = []
             at = _SPACE.match(text, start + 1).end()  # type: ignore[union-attr]
             if text.startswith("]", at):
                 at += 1
             else:
                 while True:
                     _, end = _decoder.raw_decode(text, at)
+                    if limit is not None and len(messages) == limit:
+                        raise DsRefusal("too_large", f"a JSON append holds at most {limit} messages "
+                                                     "(LASTWORD_DS_MAX_JSON_MESSAGES)", limit=limit)
                     messages.append(text[at:end].encode())
                     at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
                     if text.startswith(",", at):
@@ -205,10 +210,18 @@ def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
         if _SPACE.match(text, at).end() != len(text):  # type: ignore[union-attr]
             raise ValueError("extra data after the value")
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise DsRefusal(status=400, detail=f"the body is not JSON: {error}") from None
-    if not messages and not allow_empty:
-        raise DsRefusal(status=400, detail="an empty JSON array appends nothing")
+        raise DsRefusal("invalid", f"the body is not JSON: {error}") from None
     return messages
+
+
+def split_json(body: bytes, limit: int) -> list[bytes] | DsRefusal:
+    """:func:`json_messages` of a JSON-mode body, done before its transaction: the messages, or
+    the refusal, which the transaction raises where the parse stood (after the stream's own
+    checks, so a bad body to a missing stream is still a 404)."""
+    try:
+        return json_messages(body, limit=limit)
+    except DsRefusal as refusal:
+        return refusal
 
 
 def body_of(entries: list[bytes], content_type: str) -> bytes:
@@ -283,6 +296,10 @@ class CreateRequest:
     fork_of: str | None = None
     fork_offset: str | None = None
     fork_sub_offset: int = 0
+    #: A JSON-mode body split into its messages before the transaction (:func:`split_json`).
+    split: list[bytes] | DsRefusal | None = None
+    #: The most messages a JSON-mode body may hold.
+    max_messages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,14 +310,19 @@ class AppendRequest:
     close: bool
     producer: Producer | None
     stream_seq: str | None
+    split: list[bytes] | DsRefusal | None = None
+    max_messages: int | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a write did: the stream after it, and the answer's status."""
+    """What a write did: the stream after it, whether a create made it (or found the same one
+    there) and whether an append stored anything (a repeat or a close alone stores nothing)."""
 
     state: StreamState
-    status: int
+    created: bool = False
+    stored: bool = False
+    #: The producer's ``(epoch, seq)`` the write is acknowledged for, when one wrote.
     producer: tuple[int, int] | None = None
 
 

@@ -211,3 +211,38 @@ def final_assistant_output(events: Iterable[Event], *, join_continuations: bool 
     for event in events:
         fold.push(event)
     return fold.collect()
+
+
+def assistant_texts(events: Iterable[Event]) -> list[str]:
+    """Every visible text the assistant wrote in a turn, in ``seq`` order (SPEC §19, ``texts``):
+    each text block of each assistant message, and text streamed that no message told (before
+    a message without text, such as §1's usage-only record, or after the last one: a step cut
+    before its message was logged; for a chunk-only turn, all of its text).
+
+    Not an output and never used as one: the output is :meth:`TurnFold.collect`'s. This is for
+    a parent whose child's selected message only points back at an earlier one. Text streamed
+    before a message with text is that message's own, told once, by the message.
+    """
+    texts: list[str] = []
+    streamed: list[str] = []
+
+    def untold() -> None:
+        text = "".join(streamed)
+        streamed.clear()
+        if is_visible_text(text):
+            texts.append(text)
+
+    for event in events:
+        kind = event.get("type")
+        if kind == "assistant/message":
+            told = [block["text"] for block in event["message"]["content"]
+                    if block.get("type") == "text" and is_visible_text(block.get("text"))]
+            if told:
+                streamed.clear()
+                texts.extend(told)
+            else:
+                untold()
+        elif kind == "assistant/chunk" and event["delta"].get("type") == "text":
+            streamed.append(event["delta"]["text"])
+    untold()
+    return texts

@@ -1,6 +1,6 @@
 """Durable storage of runs, turns and event logs: one contract, SQLite and PostgreSQL backends.
 
-The backend is chosen by :func:`lastword.factory.open_store` (the composition root), not here."""
+The backend is chosen by :mod:`lastword.registry` (by the database URL's scheme), not here."""
 
 from lastword.store.base import (
     AppendOutcome,

@@ -87,13 +87,13 @@ def live(tx: Tx, path: str, now: float, lock: str = "") -> StreamState:
     soft-deleted. An expired stream found by a write is removed (or soft-deleted if forked)."""
     state = load(tx, path, lock)
     if state is None:
-        raise DsRefusal(status=404, detail=f"no stream at {path!r}")
+        raise DsRefusal("not_found", f"no stream at {path!r}")
     if state.deleted:
-        raise DsRefusal(status=410, detail=f"the stream at {path!r} was deleted")
+        raise DsRefusal("gone", f"the stream at {path!r} was deleted")
     if state.expired(now):
         if lock:
             _drop(tx, state)
-        raise DsRefusal(status=404, detail=f"the stream at {path!r} has expired")
+        raise DsRefusal("not_found", f"the stream at {path!r} has expired")
     return state
 
 
@@ -122,10 +122,21 @@ def _drop(tx: Tx, state: StreamState) -> None:
         current = source if source.deleted and source.refs <= 0 else None
 
 
-def _entries(content_type: str, body: bytes, *, allow_empty: bool) -> list[bytes]:
-    if ds.is_json(content_type):
-        return [] if not body else ds.json_messages(body, allow_empty=allow_empty)
-    return [body] if body else []
+def _entries(content_type: str, request: CreateRequest | AppendRequest, *, allow_empty: bool) -> list[bytes]:
+    """The entries a body makes: one, or a JSON-mode body's messages (an empty array only where
+    ``allow_empty``: a PUT's initial content may be ``[]``)."""
+    body = request.body
+    if not body:
+        return []
+    if not ds.is_json(content_type):
+        return [body]
+    split = request.split
+    if isinstance(split, DsRefusal):
+        raise split
+    messages = split if split is not None else ds.json_messages(body, limit=request.max_messages)
+    if not messages and not allow_empty:
+        raise DsRefusal("invalid", "an empty JSON array appends nothing")
+    return messages
 
 
 def _insert(tx: Tx, uid: str, first: int, entries: list[bytes]) -> None:
@@ -141,8 +152,8 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
         existing = load(tx, request.path, lock)
     if existing is not None:
         if existing.deleted:
-            raise DsRefusal(status=409, detail=f"the stream at {request.path!r} was deleted and is still forked")
-        return Outcome(_same_config(existing, request), 200)
+            raise DsRefusal("conflict", f"the stream at {request.path!r} was deleted and is still forked")
+        return Outcome(_same_config(existing, request))
     content_type = request.content_type
     ttl, expires_at, expires_epoch = request.ttl, request.expires_at, request.expires_epoch
     inherited: list[tuple[int, bytes]] = []
@@ -151,11 +162,11 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
     if request.fork_of is not None:
         source = load(tx, request.fork_of, lock)
         if source is None or (not source.deleted and source.expired(now)):
-            raise DsRefusal(status=404, detail=f"no stream at {request.fork_of!r} to fork")
+            raise DsRefusal("not_found", f"no stream at {request.fork_of!r} to fork")
         if source.deleted:
-            raise DsRefusal(status=409, detail=f"the stream at {request.fork_of!r} was deleted")
+            raise DsRefusal("conflict", f"the stream at {request.fork_of!r} was deleted")
         if content_type is not None and ds.media_type(content_type) != ds.media_type(source.content_type):
-            raise DsRefusal(status=409, detail="a fork's Content-Type must be its source's")
+            raise DsRefusal("conflict", "a fork's Content-Type must be its source's")
         content_type = content_type or source.content_type
         if ttl is None and expires_epoch is None:
             ttl, expires_at, expires_epoch = source.ttl, source.expires_at, source.expires_epoch
@@ -167,7 +178,7 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
         if request.fork_sub_offset:
             if ds.is_json(content_type):
                 if at + request.fork_sub_offset > source.tail:
-                    raise DsRefusal(status=400, detail="Stream-Fork-Sub-Offset is past the source's tail")
+                    raise DsRefusal("invalid", "Stream-Fork-Sub-Offset is past the source's tail")
                 rows = tx.all("SELECT seq, body FROM ds_entries WHERE uid = ? AND seq > ? AND seq <= ? ORDER BY seq",
                               (source.uid, at, at + request.fork_sub_offset))
                 inherited += [(row[0], bytes(row[1])) for row in rows]
@@ -175,13 +186,13 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
             else:
                 following = [bytes(row[1]) for row in rows if row[0] == at + 1]
                 if not following or request.fork_sub_offset > len(following[0]):
-                    raise DsRefusal(status=400, detail="Stream-Fork-Sub-Offset is past the next entry's end")
+                    raise DsRefusal("invalid", "Stream-Fork-Sub-Offset is past the next entry's end")
                 inherited.append((at + 1, following[0][: request.fork_sub_offset]))
                 tail = at + 1
         fork_spec = f"{request.fork_offset or ''}:{request.fork_sub_offset}"
         tx.run("UPDATE ds_streams SET refs = refs + 1 WHERE path = ?", (source.path,))
     content_type = content_type or "application/octet-stream"
-    entries = _entries(content_type, request.body, allow_empty=True)
+    entries = _entries(content_type, request, allow_empty=True)
     uid = secrets.token_hex(8)
     state = StreamState(
         path=request.path, uid=uid, content_type=content_type, ttl=ttl, expires_at=expires_at,
@@ -197,7 +208,7 @@ def create(tx: Tx, request: CreateRequest, now: float, lock: str) -> Outcome:
         tx.many("INSERT INTO ds_entries (uid, seq, body) VALUES (?, ?, ?)",
                 [(uid, seq, body) for seq, body in inherited])
     _insert(tx, uid, tail + 1, entries)
-    return Outcome(state, 201)
+    return Outcome(state, created=True)
 
 
 def _fork_offset(text: str, tail: int) -> int:
@@ -205,9 +216,9 @@ def _fork_offset(text: str, tail: int) -> int:
         return 0
     position = ds.position_of(text)
     if position is None:
-        raise DsRefusal(status=400, detail=f"Stream-Fork-Offset {text!r} is not one this server hands out")
+        raise DsRefusal("invalid", f"Stream-Fork-Offset {text!r} is not one this server hands out")
     if position > tail:
-        raise DsRefusal(status=400, detail=f"Stream-Fork-Offset {text!r} is past the source's tail")
+        raise DsRefusal("invalid", f"Stream-Fork-Offset {text!r} is past the source's tail")
     return position
 
 
@@ -226,7 +237,7 @@ def _same_config(existing: StreamState, request: CreateRequest) -> StreamState:
         if request.ttl is not None or request.expires_epoch is not None:
             same = same and request.ttl == existing.ttl and request.expires_epoch == existing.expires_epoch
     if not same:
-        raise DsRefusal(status=409, detail=f"a stream exists at {existing.path!r} with another configuration")
+        raise DsRefusal("conflict", f"a stream exists at {existing.path!r} with another configuration")
     return existing
 
 
@@ -258,30 +269,29 @@ def run_producers(run_id: str) -> str:
 def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
     state = live(tx, request.path, now, lock)
     producer = request.producer
-    closed_headers = {"Stream-Closed": "true", "Stream-Next-Offset": ds.offset(state.tail)}
     if state.closed:
         if producer is not None and state.closed_by == producer.key():
-            return Outcome(state, 204, (producer.epoch, producer.seq))
+            return Outcome(state, producer=(producer.epoch, producer.seq))
         if not request.body and request.close:
-            return Outcome(state, 204)
-        raise DsRefusal("the stream is closed", status=409, headers=closed_headers)
+            return Outcome(state)
+        raise DsRefusal("closed", "the stream is closed", tail=state.tail)
     if not request.body and not request.close:
-        raise DsRefusal(status=400, detail="an append needs a body (or Stream-Closed: true)")
+        raise DsRefusal("invalid", "an append needs a body (or Stream-Closed: true)")
     if request.body:
         if not request.content_type:
-            raise DsRefusal(status=400, detail="an append needs a Content-Type")
+            raise DsRefusal("invalid", "an append needs a Content-Type")
         if ds.media_type(request.content_type) != ds.media_type(state.content_type):
-            raise DsRefusal(status=409, detail=f"the stream holds {state.content_type}, not {request.content_type}")
-    entries = _entries(state.content_type, request.body, allow_empty=False)
+            raise DsRefusal("conflict", f"the stream holds {state.content_type}, not {request.content_type}")
+    entries = _entries(state.content_type, request, allow_empty=False)
     echo: tuple[int, int] | None = None
     if producer is not None:
         repeated = producer_repeat(tx, state.uid, producer)
         if repeated is not None:
-            return Outcome(state, 204, repeated)
+            return Outcome(state, producer=repeated)
         echo = (producer.epoch, producer.seq)
     if request.stream_seq is not None:
         if state.stream_seq is not None and request.stream_seq <= state.stream_seq:
-            raise DsRefusal(status=409, detail=f"Stream-Seq {request.stream_seq!r} is not after {state.stream_seq!r}")
+            raise DsRefusal("conflict", f"Stream-Seq {request.stream_seq!r} is not after {state.stream_seq!r}")
         state.stream_seq = request.stream_seq
     _insert(tx, state.uid, state.tail + 1, entries)
     state.tail += len(entries)
@@ -291,7 +301,7 @@ def append(tx: Tx, request: AppendRequest, now: float, lock: str) -> Outcome:
         state.closed_by = producer.key() if producer is not None else None
     tx.run("UPDATE ds_streams SET tail = ?, touched_at = ?, closed = ?, closed_by = ?, stream_seq = ? WHERE path = ?",
            (state.tail, now, int(state.closed), state.closed_by, state.stream_seq, state.path))
-    return Outcome(state, 200 if producer is not None and entries else 204, echo)
+    return Outcome(state, stored=bool(entries), producer=echo)
 
 
 def delete(tx: Tx, path: str, now: float, lock: str) -> None:
@@ -311,7 +321,7 @@ def read(tx: Tx, path: str, position: int | str, now: float, max_bytes: int) -> 
         if isinstance(position, str) else position
     assert isinstance(start, int)
     if start > state.tail:
-        raise DsRefusal(status=400, detail="the offset is past the stream's tail")
+        raise DsRefusal("invalid", "the offset is past the stream's tail")
     entries: list[bytes] = []
     size = 0
     for row in tx.rows("SELECT body FROM ds_entries WHERE uid = ? AND seq > ? ORDER BY seq LIMIT 4096", (state.uid, start)):

@@ -74,16 +74,16 @@ class SqlStore(Store):
 
     def __init__(
         self, dialect: Dialect, *, default_lease_seconds: float, fold_cache_size: int = FOLD_CACHE_SIZE,
-        fold_cache_bytes: int = FOLD_CACHE_BYTES,
+        fold_cache_bytes: int = FOLD_CACHE_BYTES, chunk_listeners: Callable[[str], bool] | None = None,
     ) -> None:
         self.dialect = dialect
         self.default_lease_seconds = default_lease_seconds
         self.folds = FoldCache(fold_cache_size, fold_cache_bytes)
         #: Whether run ``run_id`` has a live subscriber now, asked by an append in its transaction
-        #: (set by :func:`lastword.factory.open_fanout` where the store hands chunks to the hub).
+        #: (the hub's, where the store hands chunks to this process's hub: :mod:`lastword.registry`).
         #: When it has none, the append leaves its chunks out of the outcome (``chunks_left_out``)
         #: and the service sends a subscriber that registered meanwhile to the log.
-        self.chunk_listeners: Callable[[str], bool] = _anyone_may_listen
+        self.chunk_listeners = chunk_listeners or _anyone_may_listen
 
     # -- what a backend provides ---------------------------------------------------------
 

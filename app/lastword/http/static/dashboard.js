@@ -452,7 +452,9 @@
       // appendData adds to the one text node: no copy of what is already shown.
       if (text && text.nodeType === Node.TEXT_NODE) text.appendData(detail.pending);
       else pre.textContent = detail.pending;
+      const first = detail.pieces.length === 0;
       detail.pieces.push(detail.pending);
+      if (first) renderDetailHead();  // "no text yet" becomes "streaming…"
       detail.pending = '';
       if (stick) pre.scrollTop = pre.scrollHeight;
     });
@@ -587,9 +589,17 @@
     return badge;
   }
 
-  function stopBadge(result) {
+  // A turn without a stop reason: the list does not follow each run's text, so a row only says
+  // it has not ended; the selected run's pane, which does, says whether its text is flowing.
+  function stopBadge(result, streamed) {
     const reason = result && result.stopReason;
-    if (!reason) return el('span', { class: 'badge stop-none', text: result && result.status === 'running' ? 'streaming…' : '—' });
+    if (!reason) {
+      const running = result && result.status === 'running';
+      if (!running || streamed === undefined) {
+        return el('span', { class: 'badge stop-none', text: '—', title: running ? 'not ended yet' : undefined });
+      }
+      return el('span', { class: 'badge stop-none', text: streamed ? 'streaming…' : 'no text yet' });
+    }
     const stop = STOPS[reason] || { cls: 'stop-fail', icon: 'unknown', label: reason };
     const badge = el('span', { class: `badge ${stop.cls}`, title: `stop reason: ${reason}` }, icon(stop.icon), stop.label);
     if (stop.label.toLowerCase() !== reason) badge.append(el('small', { text: reason.replace('_', ' ') }));
@@ -799,7 +809,7 @@
     const { run, result } = entry;
     const title = $('d-title');
     title.replaceChildren(run.agent || '(no agent)', ' ', el('span', { class: 'rid', text: run.runId }));
-    $('d-badges').replaceChildren(statusBadge(run), stopBadge(result),
+    $('d-badges').replaceChildren(statusBadge(run), stopBadge(result, detail.pieces.length > 0 || detail.pending !== ''),
       el('span', { class: 'badge status-ended', text: `turn ${run.turn}` }));
     const verdict = $('d-verdict');
     const stop = result && result.stopReason && STOPS[result.stopReason];

@@ -17,14 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from starlette.requests import ClientDisconnect, Request
-
 from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.adapters.framing import json_array, json_lines
 from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
-from lastword.http.ingest import body_pieces, media_type
-from lastword.http.provider_ingest import checked_events
+from lastword.ingest.body import Body, BodyCut, body_pieces
+from lastword.ingest.checks import encode_made
+from lastword.ingest.outcome import Stored
 from lastword.rules.ids import RUN_ID_PATTERN
 from lastword.rules.limits import MAX_AGENT_LENGTH
 from lastword.rules.records import NewRun
@@ -35,26 +34,17 @@ NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "applica
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
-class _Answer:
-    """What the request answers: counts over every run it wrote, the run's last seq."""
-
-    def __init__(self, last_seq: int) -> None:
-        self.accepted = 0
-        self.duplicates = 0
-        self.last_seq = last_seq
-
-
 async def ingest_cli_stream(
-    request: Request, service: RunService, settings: Settings, run_id: str, format: str
-) -> dict[str, Any]:
-    kind = media_type(request)
+    body: Body, service: RunService, settings: Settings, run_id: str, format: str
+) -> Stored:
+    kind = body.media_type
     if kind not in NDJSON_TYPES and kind != "application/json":
         raise UnsupportedMedia(f"expected application/x-ndjson (one line a JSON object) or application/json, got {kind!r}")
     run = await service.get_run(run_id)  # 404 before reading a byte
     adapter = CLI_ADAPTERS[format]()
-    writer = _Writer(service, run_id, settings.max_body_bytes, _Answer(run.last_seq))
-    lines = json_lines(body_pieces(request, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
-        else json_array(body_pieces(request, settings.max_body_bytes))
+    writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
+    lines = json_lines(body_pieces(body, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
+        else json_array(body_pieces(body, settings.max_body_bytes))
     try:
         async for batch in lines:
             for index, line in batch:
@@ -64,7 +54,7 @@ async def ingest_cli_stream(
                     await writer.flush()  # the lines before the bad one stay stored
                     raise
             await writer.flush()
-    except ClientDisconnect:
+    except BodyCut:
         # What came is stored; the message being assembled waits for the body sent again.
         await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
@@ -75,20 +65,15 @@ async def ingest_cli_stream(
         raise EmptyBatch("the body holds no line", index=0)
     writer.add(adapter.lines_read - 1, adapter.finish())
     await writer.flush()
-    answer: dict[str, Any] = {"accepted": writer.answer.accepted, "duplicates": writer.answer.duplicates,
-                              "lastSeq": writer.answer.last_seq}
-    stop = adapter.stop
-    if stop.stop_reason is not None:
-        answer["stopReason"] = stop.stop_reason
-    if stop.provider is not None:
-        answer["providerStopReason"] = stop.provider
-    return answer
+    stored = writer.answer
+    stored.stop_reason, stored.provider_stop_reason = adapter.stop.stop_reason, adapter.stop.provider
+    return stored
 
 
 class _Writer:
     """Stores what the adapter made, in order, one append per run and stretch of events."""
 
-    def __init__(self, service: RunService, run_id: str, limit: int, answer: _Answer) -> None:
+    def __init__(self, service: RunService, run_id: str, limit: int, answer: Stored) -> None:
         self.service = service
         self.run_id = run_id
         self.limit = limit
@@ -113,7 +98,7 @@ class _Writer:
 
     async def _store(self, child: str | None, agent: str | None, stretch: list[tuple[int, Made]]) -> None:
         events = [item.event for _, item in stretch]
-        encoded = checked_events(events, [index for index, _ in stretch], self.limit)
+        encoded = encode_made(events, [index for index, _ in stretch], self.limit)
         target = self.run_id
         if child is not None:
             target = f"{self.run_id}.{child}"

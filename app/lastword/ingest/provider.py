@@ -19,7 +19,7 @@ A 16 MB body of one-character deltas used to raise the server's peak memory by t
 size; the test that measures it (``tests/test_provider_memory.py``) holds every shape of body,
 and four at once, to four.
 
-The event loop. A big JSON array is parsed a slice at a time (:mod:`lastword.http.json_input`)
+The event loop. A big JSON array is parsed a slice at a time (:mod:`lastword.ingest.json_input`)
 and the translation gives the loop back every :data:`SLICE_SECONDS`; the end of the body (a
 message assembled from every delta, checked and encoded) runs in a worker thread.
 
@@ -41,24 +41,19 @@ from typing import Any
 
 import orjson
 
-from starlette.requests import ClientDisconnect, Request
-
 from lastword.adapters import ADAPTERS
 from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
     EmptyBatch,
-    EventTooLarge,
-    InvalidEvent,
     InvalidIdempotencyKey,
-    InvalidProviderEvent,
-    LastwordError,
     MalformedJson,
     UnsupportedMedia,
 )
-from lastword.http import json_input
-from lastword.http.ingest import body_pieces, media_type, storable_json
-from lastword.rules.events import validate_events
+from lastword.ingest import json_input
+from lastword.ingest.body import Body, BodyCut, body_pieces
+from lastword.ingest.checks import check_made, storable_json, storable_made, too_large_made
+from lastword.ingest.outcome import Stored
 from lastword.service import RunService
 from lastword.settings import Settings
 
@@ -85,8 +80,8 @@ _RUN_BYTES = 1024 * 1024
 _ID_ROOM = len(',"eventId":""') + 200
 
 
-def idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("idempotency-key")
+def idempotency_key(body: Body) -> str | None:
+    key = body.idempotency_key
     if key is None:
         return None
     if not _KEY.fullmatch(key) or len(key) > MAX_IDEMPOTENCY_KEY:
@@ -95,26 +90,26 @@ def idempotency_key(request: Request) -> str | None:
 
 
 async def ingest_provider_stream(
-    request: Request, service: RunService, settings: Settings, run_id: str, format: str, end: bool
-) -> dict[str, Any]:
-    framing = FRAMINGS.get(media_type(request))
+    body: Body, service: RunService, settings: Settings, run_id: str, format: str, end: bool
+) -> Stored:
+    framing = FRAMINGS.get(body.media_type)
     if framing is None:
         raise UnsupportedMedia(
-            f"expected application/json, application/x-ndjson or text/event-stream, got {media_type(request)!r}"
+            f"expected application/json, application/x-ndjson or text/event-stream, got {body.media_type!r}"
         )
-    adapter = ADAPTERS[format](idempotency_key(request))
+    adapter = ADAPTERS[format](idempotency_key(body))
     limit = settings.max_body_bytes
     with Staging(limit) as staging:
         index = -1
         pause = time.perf_counter() + SLICE_SECONDS
         try:
-            async for batch in _provider_events(request, framing, limit):
+            async for batch in _provider_events(body, framing, limit):
                 for index, raw in batch:
                     staging.add(adapter.feed(index, raw), adapter.take_unnamed(), index)
                     if time.perf_counter() >= pause:
                         await asyncio.sleep(0)  # the loop's turn: a body already received never waits
                         pause = time.perf_counter() + SLICE_SECONDS
-        except ClientDisconnect:
+        except BodyCut:
             raise BadRequest("the body was cut off before its end; nothing was stored") from None
         if adapter.events_read == 0:
             raise EmptyBatch("the body holds no event", index=0)
@@ -130,37 +125,31 @@ async def ingest_provider_stream(
         base = adapter.id_base(f"turn {(await service.get_run(run_id)).turn}" if adapter.needs_scope else "")
         if staging.count:
             outcome = await service.append_batches(run_id, staging.batches(base, STORE_BATCH))
-            answer: dict[str, Any] = {
-                "accepted": outcome.accepted, "duplicates": outcome.duplicates, "lastSeq": outcome.last_seq,
-            }
+            stored = Stored(outcome.accepted, outcome.duplicates, outcome.last_seq)
         else:  # only skipped events (pings): nothing to store, but the run must exist
-            answer = {"accepted": 0, "duplicates": 0, "lastSeq": (await service.get_run(run_id)).last_seq}
-    stop = adapter.stop
-    if stop.stop_reason is not None:
-        answer["stopReason"] = stop.stop_reason
-    if stop.provider is not None:
-        answer["providerStopReason"] = stop.provider
-    return answer
+            stored = Stored(0, 0, (await service.get_run(run_id)).last_seq)
+    stored.stop_reason, stored.provider_stop_reason = adapter.stop.stop_reason, adapter.stop.provider
+    return stored
 
 
 async def _provider_events(
-    request: Request, framing: str, limit: int
+    body: Body, framing: str, limit: int
 ) -> AsyncIterator[list[tuple[int, dict[str, Any]]]]:
     """The body's provider events, a list at a time; a JSON array bigger than
     ``json_input.WHOLE_BYTES`` a slice at a time (one ``orjson.loads`` of 16 MB holds the loop
     for a quarter of a second, and makes every event's dict at once)."""
-    pieces = body_pieces(request, limit)
+    pieces = body_pieces(body, limit)
     if framing != "json":
         async for batch in provider_event_batches(pieces, framing):
             yield batch
         return
     # Received into one growing buffer: a list of the pieces and their join would hold it twice.
-    body = bytearray()
+    whole = bytearray()
     async for piece in pieces:
-        body += piece
-    slices = json_input.array_slices(body) if len(body) > json_input.WHOLE_BYTES else None
+        whole += piece
+    slices = json_input.array_slices(whole) if len(whole) > json_input.WHOLE_BYTES else None
     if slices is None:
-        async for batch in provider_event_batches(_one(bytes(body)), framing):
+        async for batch in provider_event_batches(_one(bytes(whole)), framing):
             yield batch
         return
     index = 0
@@ -233,11 +222,7 @@ class Staging:
         if len(made) == 1 and not unnamed and made[0]["type"] == "assistant/chunk":
             self._add_chunk(made.pop(), origin)  # most events of a body
             return
-        checked = [event for event in made if event["type"] != "assistant/chunk"]
-        if checked:
-            # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
-            _validate(checked, origin)
-        del checked
+        check_made(made, [origin] * len(made))
         waiting = {id(event): suffix for event, suffix in unnamed} if unnamed else {}
         suffixes = [waiting.get(id(event)) for event in made] if waiting else [None] * len(made)
         unnamed.clear()  # (the caller's list, taken from the adapter for this call)
@@ -249,10 +234,7 @@ class Staging:
             # An id to come adds at most ``,"eventId":"<200 characters>"``.
             size = len(head) + tail_size + (0 if suffix is None else _ID_ROOM)
             if size > self.limit:
-                raise EventTooLarge(
-                    f"event {origin} makes an event of {size} bytes; the limit is {self.limit}",
-                    index=origin, limit=self.limit,
-                )
+                raise too_large_made(origin, size, self.limit)
             if suffix is not None or tail:
                 self._apart[self.count] = (b"" if suffix is None else str(suffix).encode(), len(head), tail_size)
             if size > _PENDING:
@@ -269,12 +251,9 @@ class Staging:
 
     def _add_chunk(self, event: dict[str, Any], origin: int) -> None:
         """:meth:`add` of one chunk with its id: no tail (see :func:`_encoded`), nothing apart."""
-        body = _storable(event, origin)
+        body = storable_made(event, origin)
         if len(body) > self.limit:
-            raise EventTooLarge(
-                f"event {origin} makes an event of {len(body)} bytes; the limit is {self.limit}",
-                index=origin, limit=self.limit,
-            )
+            raise too_large_made(origin, len(body), self.limit)
         if len(body) > _PENDING:
             self._write(body)
         else:
@@ -385,60 +364,14 @@ def _encoded(event: dict[str, Any], origin: int) -> tuple[bytes, list[bytes | me
     events = source.get("events") if isinstance(source, dict) else None
     if isinstance(events, orjson.Fragment) and list(event)[-1] == "source":
         # A message's raw events, kept as JSON (their nesting was checked as they were read).
-        head = _storable({key: value for key, value in event.items() if key != "source"}, origin)
+        head = storable_made({key: value for key, value in event.items() if key != "source"}, origin)
         return head[:-1], [b',"source":', orjson.dumps(source), b"}"]
-    body = _storable(event, origin)
+    body = storable_made(event, origin)
     if len(body) > LAZY_SOURCE and event["type"] != "assistant/chunk" and list(event)[-1] == "source":
         # Where its source begins: the store gets that part as text (_SourceText).
         split = len(storable_json({key: value for key, value in event.items() if key != "source"})) - 1
         return body[:split], [memoryview(body)[split:]]
     return body, []
-
-
-def _storable(event: dict[str, Any], origin: int) -> bytes:
-    """:func:`storable_json` of an event provider event ``origin`` made, naming it if refused."""
-    try:
-        return storable_json(event)
-    except LastwordError as error:
-        error.extra["index"] = origin
-        error.detail = f"event {origin} nests JSON too deeply to be stored"
-        raise
-
-
-def checked_events(staged: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
-    """(The agent CLIs' endpoint, SPEC §16.) The staged events as JSON; refuse, naming the provider event's index, what the adapter made from unusable values.
-
-    The adapters check the shape of what they read; the values they pass on (token counts, a
-    stop reason) are checked here by the §4 rules, and each event's size against the body limit.
-    """
-    # Chunks are made from strings the adapters checked; the rest gets the full §4 check.
-    checked = [position for position, event in enumerate(staged) if event["type"] != "assistant/chunk"]
-    try:
-        validate_events([staged[position] for position in checked])
-    except InvalidEvent as error:
-        # Adapters check the values they read; this is a safety net, so it names the provider
-        # event that completed the refused one (for a message, the last event of the body).
-        at = origins[checked[error.extra["index"]]]
-        raise InvalidProviderEvent(
-            f"event {at} makes a session event that is not valid: {error.extra.get('field')}: "
-            f"{error.extra['errors'][0]['message']}",
-            index=at, field=error.extra.get("field"),
-        ) from None
-    encoded: list[str] = []
-    for position, event in enumerate(staged):
-        try:
-            body = storable_json(event)
-        except LastwordError as error:
-            error.extra["index"] = origins[position]
-            error.detail = f"event {origins[position]} nests JSON too deeply to be stored"
-            raise
-        if len(body) > limit:
-            raise EventTooLarge(
-                f"event {origins[position]} makes an event of {len(body)} bytes; the limit is {limit}",
-                index=origins[position], limit=limit,
-            )
-        encoded.append(body.decode())
-    return encoded
 
 
 class _SourceText:
@@ -460,17 +393,3 @@ class _SourceText:
     def __eq__(self, other: object) -> bool:
         # The text was written by orjson from values like ``other``: equal values, equal text.
         return isinstance(other, _SourceText) and other.text == self.text or orjson.dumps(other) == self.text
-
-
-def _validate(events: list[dict[str, Any]], origin: int) -> None:
-    """The §4 check of events the adapter made from provider event ``origin``."""
-    try:
-        validate_events(events)
-    except InvalidEvent as error:
-        # Adapters check the values they read; this is a safety net, so it names the provider
-        # event that completed the refused one (for a message, the last event of the body).
-        raise InvalidProviderEvent(
-            f"event {origin} makes a session event that is not valid: {error.extra.get('field')}: "
-            f"{error.extra['errors'][0]['message']}",
-            index=origin, field=error.extra.get("field"),
-        ) from None

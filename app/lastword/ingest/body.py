@@ -1,0 +1,118 @@
+"""A request body as the ingest reads it: its bytes as they arrive, and the few header values
+that say how to read them. Size limits, ``Content-Encoding`` (gzip), the charset.
+
+A face (HTTP today) makes a :class:`Body` of its request; nothing here knows the transport.
+A face whose client goes away mid-body ends the byte iterator with :class:`BodyCut`, so a
+streamed ingest can keep what arrived and a whole-body read fails as it did before.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from lastword.errors import (
+    InvalidGzip,
+    PayloadTooLarge,
+    UnsupportedCharset,
+    UnsupportedEncoding,
+)
+
+
+class BodyCut(Exception):
+    """The body ended before its end: the client went away while sending it."""
+
+
+@dataclass(frozen=True)
+class Body:
+    """One request's body: ``pieces`` as received (still encoded), and its header values
+    (each as sent, ``None`` or ``""`` when absent)."""
+
+    pieces: AsyncIterator[bytes]
+    content_type: str = ""
+    content_encoding: str | None = None
+    content_length: str | None = None
+    idempotency_key: str | None = None
+
+    @property
+    def media_type(self) -> str:
+        return self.content_type.split(";")[0].strip().lower()
+
+
+def check_declared_length(body: Body, limit: int) -> None:
+    declared = body.content_length
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}", limit=limit)
+
+
+def check_charset(body: Body) -> None:
+    """415 for a ``charset`` other than UTF-8: the body would be misread as UTF-8."""
+    for parameter in body.content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedCharset(f"the body must be UTF-8, not {value.strip()!r}", charset=value.strip())
+
+
+def content_encoding(body: Body) -> str | None:
+    """``"gzip"`` for a gzip body, None for a plain one; 415 for any other ``Content-Encoding``."""
+    header = body.content_encoding or ""
+    codings = [coding.strip().lower() for coding in header.split(",")]
+    codings = [coding for coding in codings if coding and coding != "identity"]
+    if not codings:
+        return None
+    if codings in (["gzip"], ["x-gzip"]):
+        return "gzip"
+    raise UnsupportedEncoding(
+        f"Content-Encoding {header!r} is not supported (gzip or identity)",
+        contentEncoding=header,
+    )
+
+
+async def body_pieces(body: Body, limit: int) -> AsyncIterator[bytes]:
+    """The body as it arrives (gzip decoded), refused with 413 as soon as it passes ``limit``
+    bytes; the limit counts decoded bytes, so a small gzip bomb is refused like a big body."""
+    check_charset(body)
+    encoding = content_encoding(body)
+    check_declared_length(body, limit)
+    gunzip = _Gunzip() if encoding == "gzip" else None
+    seen = 0
+    async for received in body.pieces:
+        piece = received if gunzip is None else gunzip.decode(received, limit - seen + 1)
+        seen += len(piece)
+        if seen > limit:
+            raise PayloadTooLarge(f"the body passed the limit of {limit} bytes", limit=limit)
+        if piece:
+            yield piece
+    if gunzip is not None:
+        gunzip.finish()
+
+
+class _Gunzip:
+    """Incremental gzip decoding (members one after another, as RFC 1952 allows)."""
+
+    def __init__(self) -> None:
+        self._decoder = zlib.decompressobj(wbits=31)
+
+    def decode(self, data: bytes, most: int) -> bytes:
+        """Up to ``most`` decoded bytes of ``data`` (more are not decoded: the body is too big)."""
+        out = b""
+        try:
+            while data and len(out) < most:
+                out += self._decoder.decompress(data, most - len(out))
+                if self._decoder.unconsumed_tail:
+                    break  # ``most`` reached: the caller refuses the body
+                data = self._decoder.unused_data
+                if data:
+                    self._decoder = zlib.decompressobj(wbits=31)  # the next member
+        except zlib.error as error:
+            raise InvalidGzip(f"the body is not valid gzip: {error}") from None
+        return out
+
+    def finish(self) -> None:
+        if not self._decoder.eof:
+            raise InvalidGzip("the gzip body ends before its end")
+
+
+async def read_body(body: Body, limit: int) -> bytes:
+    return b"".join([piece async for piece in body_pieces(body, limit)])
