@@ -8,6 +8,11 @@ is refused (400 not JSON, 422 not the format, naming its index) after what the l
 made is stored, so a retry of the whole body from its start stores nothing twice (eventIds) and
 goes on from there.
 
+**A child that is alive keeps its turn** (SPEC §16a): a CLI may print nothing for longer than
+the run's lease (a long build, a subagent whose lines it does not print), and its bytes, even a
+blank keep-alive line that stores nothing, renew the lease as they arrive (at most once a
+second of the service's clock: appends renew it too).
+
 A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight with
 ``parentRunId`` = the run, so ``/children``, the join, the dashboard and webhooks show it.
 """
@@ -15,6 +20,7 @@ A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from lastword.adapters import CLI_ADAPTERS
@@ -30,6 +36,8 @@ from lastword.rules.records import NewRun
 from lastword.service import RunService
 from lastword.settings import Settings
 
+#: Seconds of the service's clock between two renewals of the lease by a body's bytes.
+RENEW_EVERY = 1.0
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
@@ -43,8 +51,8 @@ async def ingest_cli_stream(
     run = await service.get_run(run_id)  # 404 before reading a byte
     adapter = CLI_ADAPTERS[format]()
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
-    lines = json_lines(body_pieces(body, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
-        else json_array(body_pieces(body, settings.max_body_bytes))
+    pieces = _renewing(body_pieces(body, settings.max_body_bytes), service, run_id)
+    lines = json_lines(pieces, noun="line") if kind in NDJSON_TYPES else json_array(pieces)
     try:
         async for batch in lines:
             for index, line in batch:
@@ -116,6 +124,17 @@ class _Writer:
         self.answer.duplicates += outcome.duplicates
         if child is None:
             self.answer.last_seq = outcome.last_seq
+
+
+async def _renewing(pieces: AsyncIterator[bytes], service: RunService, run_id: str) -> AsyncIterator[bytes]:
+    """The body's pieces, the run's lease renewed as they arrive."""
+    renewed = service.clock()
+    async for piece in pieces:
+        now = service.clock()
+        if now - renewed >= RENEW_EVERY:
+            await service.renew_lease(run_id)
+            renewed = now
+        yield piece
 
 
 def _object(value: Any, index: int) -> dict[str, Any]:
