@@ -27,7 +27,7 @@ from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.adapters.framing import json_array, json_lines
 from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
-from lastword.ingest.body import Body, BodyCut, body_pieces
+from lastword.ingest.body import Body, BodyCut, BodyDrained, body_pieces
 from lastword.ingest.checks import encode_made
 from lastword.ingest.outcome import Stored
 from lastword.rules.ids import RUN_ID_PATTERN
@@ -66,6 +66,11 @@ async def ingest_cli_stream(
         # What came is stored; the message being assembled waits for the body sent again.
         await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
+    except BodyDrained as drained:  # 503: the producer sends the whole body again elsewhere
+        await writer.flush()
+        drained.extra.update(accepted=writer.answer.accepted, duplicates=writer.answer.duplicates,
+                             lastSeq=writer.answer.last_seq)
+        raise
     except LastwordError:  # a line not JSON, holding an inexact integer, or not the format
         await writer.flush()
         raise
