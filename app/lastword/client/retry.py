@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -60,19 +60,21 @@ class RetryWindow:
     ``seconds``. A try that lasted longer than :data:`MAX_PAUSE` was connected (a long-lived body
     streaming), so the failure that ends it starts the window again."""
 
-    def __init__(self, seconds: float, backoff: float) -> None:
+    def __init__(self, seconds: float, backoff: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
         self.backoff = backoff
+        self._clock = clock
+        #: Failures in the window; set when it opens (at the first failure after ``_since`` is None).
         self._failures = 0
         self._since: float | None = None
 
     def failed(self, error: BaseException, started: float) -> float | None:
         """The pause before the next try, after ``error`` ended a try begun at ``started``
-        (``time.monotonic()``); None when there is to be none: a refusal not worth another try,
+        (by ``clock``, ``time.monotonic`` unless given); None when there is to be none: a refusal not worth another try,
         or the window has run out."""
         if not is_retried(error):
             return None
-        now = time.monotonic()
+        now = self._clock()
         if self._since is None or now - started > MAX_PAUSE:
             self._since, self._failures = now, 0
         self._failures += 1
@@ -81,5 +83,5 @@ class RetryWindow:
         return pause(self.backoff, self._failures)
 
     def succeeded(self) -> None:
-        """A try was answered: the next failure starts a new window."""
-        self._since, self._failures = None, 0
+        """A try was answered: the next failure starts a new window (and counts from 1)."""
+        self._since = None
