@@ -161,8 +161,6 @@ def test_json_prints_the_subagent_result_of_the_run_it_created(server: ServerPro
                  id="turn.failed"),
     pytest.param(failed("response cut at max_output_tokens") + "exit 0\n", 3, "max_tokens", None,
                  id="turn.failed-max_output_tokens"),
-    pytest.param("exit 3\n", 1, "error", "exited with status 3", id="non-zero-exit-without-terminal-line"),
-    pytest.param("exit 0\n", 0, "completed", None, id="exit-0-without-terminal-line"),
 ])
 def test_the_exit_status_is_the_stop_reasons(
     server: ServerProcess, child: list[str], lines: str, status: int, stop_reason: str, error: str | None,
@@ -176,6 +174,22 @@ def test_the_exit_status_is_the_stop_reasons(
     if error is not None:
         assert error in result["error"]["message"]
         assert f"ended {stop_reason}" in done.stderr.decode()
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_child_that_exits_without_a_terminal_line_ends_the_turn_error(
+    server: ServerProcess, child: list[str], status: int,
+) -> None:
+    """Whatever its exit status, 0 included, a child whose output never said the turn ended ends
+    it error (no_terminal_event), the output selected so far kept; exit status 1."""
+    done = run_through(server.url, child, THREAD + TURN + message(0, "partial") + f"exit {status}\n", "--json")
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result["stopReason"] == "error"
+    assert result["error"]["type"] == "no_terminal_event"
+    assert f"exited with status {status}" in result["error"]["message"]
+    assert result["output"] == [{"type": "text", "text": "partial"}]
+    assert "ended error" in done.stderr.decode()
 
 
 def test_format_auto_goes_by_the_commands_name(server: ServerProcess, tmp_path: Path) -> None:
@@ -242,6 +256,99 @@ def test_sigterm_is_passed_to_the_child_and_ends_the_turn_cancelled(server: Serv
     assert result["stopReason"] == "cancelled"
 
 
+#: A child that notes each SIGINT/SIGTERM it is sent (its pid and the signal, in the file named by
+#: its argument) and goes on: the CLIs that finish their turn whatever they are sent.
+STUBBORN_CHILD = """\
+import os
+import signal
+import sys
+
+
+def note(signum, frame):
+    with open(sys.argv[1], "a") as marker:
+        marker.write(f"{os.getpid()} {signum}\\n")
+
+
+signal.signal(signal.SIGTERM, note)
+signal.signal(signal.SIGINT, note)
+with open(sys.argv[1] + ".pid", "w") as started:
+    started.write(str(os.getpid()))
+""" + ECHO_CHILD
+
+
+@pytest.fixture
+def stubborn(tmp_path: Path) -> tuple[list[str], Path]:
+    """The stubborn child's command line and the file it notes its signals in."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN_CHILD)
+    marker = tmp_path / "signals"
+    return [sys.executable, str(script), str(marker)], marker
+
+
+def signals_noted(marker: Path) -> list[tuple[int, int]]:
+    """The (pid, signal) pairs the stubborn child noted, once it noted one."""
+    if not marker.exists():
+        return []
+    return [(int(pid), int(signum)) for pid, signum in (line.split() for line in marker.read_text().splitlines())]
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_child_that_finishes_after_the_signal_still_ends_the_turn_cancelled(
+    server: ServerProcess, stubborn: tuple[list[str], Path], signum: signal.Signals,
+) -> None:
+    """The child is sent the signal, ignores it and prints a completed turn: the turn ends
+    cancelled all the same, with what it printed before the signal; exit status 130."""
+    command, marker = stubborn
+    run_id = f"stubborn-{signum.name}-{time.time_ns()}"
+    process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, "--json", command=command)
+    try:
+        feed(process, THREAD, TURN, message(0, "before the signal"))
+        wait_for_streamed(server.url, run_id, "before the signal")
+        process.send_signal(signum)
+        wait_until(lambda: signals_noted(marker), "the child is sent the signal", within=WAIT)
+        assert signals_noted(marker)[0][1] == signum
+        feed(process, message(1, "after the signal"), COMPLETED, "exit 0\n")
+        out, err = process.communicate(timeout=WAIT)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    result = json.loads(out)
+    assert result["stopReason"] == "cancelled"
+    assert result["output"] == [{"type": "text", "text": "before the signal"}]
+
+
+def test_a_child_that_outlives_the_signal_is_killed_after_kill_after(
+    server: ServerProcess, stubborn: tuple[list[str], Path],
+) -> None:
+    """A child that ignores SIGTERM and would never exit is sent SIGKILL once --kill-after ran
+    out; the turn ends cancelled, exit status 130."""
+    command, marker = stubborn
+    run_id = f"kill-after-{time.time_ns()}"
+    process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, "--kill-after", "0.2",
+                           command=command)
+    try:
+        feed(process, THREAD, TURN, message(0, "before the signal"))
+        wait_for_streamed(server.url, run_id, "before the signal")
+        process.send_signal(signal.SIGTERM)
+        # Its standard input stays open: only SIGKILL ends it.
+        assert process.wait(timeout=WAIT) == 130
+        assert process.stdout is not None
+        assert process.stdout.read().decode() == "before the signal\n"
+    finally:
+        process.kill()
+        process.communicate()
+    assert not is_alive(int(Path(f"{marker}.pid").read_text()))
+    assert httpx.get(f"{server.url}/v1/runs/{run_id}/result").json()["stopReason"] == "cancelled"
+
+
 def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_path: Path, child: list[str]) -> None:
     """The server is killed after some lines and started again while the child prints more: every
     line's event is stored exactly once, in the order printed."""
@@ -250,7 +357,7 @@ def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_pat
         run_id = f"restart-{time.time_ns()}"
         process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, command=child)
         feed(process, THREAD, TURN, message(0, "zero"), message(1, "one"))
-        wait_for_messages(server.url, run_id, 1)
+        wait_for_streamed(server.url, run_id, "one")
         wait_for_streamed(server.url, run_id, "one")
         server.kill()
         feed(process, message(2, "two"), message(3, "three"))  # printed while the server is down
@@ -262,5 +369,24 @@ def test_a_server_restart_while_the_child_runs_loses_and_repeats_no_line(tmp_pat
         assert messages(server.url, run_id) == ["zero", "one", "two", "three", "four"]
         ids = [event["eventId"] for event in logged(server.url, run_id) if "eventId" in event]
         assert len(ids) == len(set(ids))
+    finally:
+        server.stop()
+
+
+def test_the_output_of_an_exited_child_is_offered_for_retry_seconds(tmp_path: Path, child: list[str]) -> None:
+    """The service goes away for good while the child runs: once the child exited, its output is
+    sent again for --retry-seconds, then lastword run gives up with 8 (unreachable)."""
+    server = ServerProcess(server_env(tmp_path / "lastword.db"), cwd=REPO).start()
+    try:
+        run_id = f"gone-{time.time_ns()}"
+        process = lastword_run(server.url, "--format", "codex", "--run-id", run_id, "--retry-seconds", "0.5",
+                               command=child)
+        feed(process, THREAD, TURN, message(0, "zero"))
+        wait_for_streamed(server.url, run_id, "zero")
+        server.kill()
+        feed(process, message(1, "one"), COMPLETED, "exit 0\n")
+        _, err = process.communicate(timeout=WAIT)  # the default, 120 s, would outlast this
+        assert process.returncode == 8, err
+        assert b"cannot reach the service" in err
     finally:
         server.stop()

@@ -3,12 +3,14 @@ pusher's resend all pause by :func:`lastword.client.retry.pause` (no server need
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 from lastword.client import retry
 from lastword.client.core import LastwordClient
+from lastword.client.replay import AsyncReplay, Replay
 from lastword.client.stream_pusher import StreamPusher
 
 RUN = {"runId": "r1", "mode": "oneshot", "metadata": {}, "leaseSeconds": 600.0, "status": "running", "turn": 1,
@@ -80,7 +82,7 @@ def test_the_stream_pusher_pauses_by_the_helper(pauses: list[int]) -> None:
             raise httpx.ConnectError("dropped", request=httpx.Request("POST", "http://lastword.test/"))
         sent.append(pieces)
 
-    with StreamPusher(send, idle=0.05, attempts=3, backoff=0.01) as pusher:
+    with StreamPusher(send, idle=0.05, backoff=0.01) as pusher:
         pusher.push_text("hello")
         pusher.flush()
     assert b"hello" in sent[-1]
@@ -120,3 +122,101 @@ def test_next_turn_is_sent_again_only_when_it_surely_was_not_carried_out(pauses:
     with LastwordClient("http://lastword.test", transport=httpx.MockTransport(refused_then_run)) as client:
         assert client.next_turn("r1").turn == 2
     assert len(sent) == 3
+
+
+class Clock:
+    """Seconds that move only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+DROPPED = httpx.ConnectError("refused", request=httpx.Request("POST", "http://lastword.test/"))
+
+
+def test_a_retry_window_pauses_growing_until_its_seconds_ran_out(pauses: list[int]) -> None:
+    """Failures in a row pause by the helper, counted from 1, while they have lasted at most
+    ``seconds``; a refusal not worth another try, or a spent window, gets no pause."""
+    clock = Clock()
+    window = retry.RetryWindow(10.0, 0.2, clock)
+    assert window.failed(retry.LastwordAPIError(409, {"code": "run_ended"}), clock.now) is None
+    assert window.failed(DROPPED, clock.now) == 0.0
+    clock.now += 4.0
+    assert window.failed(retry.LastwordAPIError(503, {"code": "draining"}), clock.now - 1.0) == 0.0
+    clock.now += 6.0  # 10 s since the first failure: still inside
+    assert window.failed(DROPPED, clock.now - 1.0) == 0.0
+    clock.now += 0.5
+    assert window.failed(DROPPED, clock.now - 0.5) is None
+    assert pauses == [1, 2, 3]
+
+
+def test_a_long_try_or_an_answer_opens_the_window_again(pauses: list[int]) -> None:
+    """A try that lasted longer than the longest pause was connected: its failure starts a new
+    window, counted from 1 again; so does an answered try."""
+    clock = Clock()
+    window = retry.RetryWindow(10.0, 0.2, clock)
+    window.failed(DROPPED, clock.now)
+    clock.now += 9.0
+    window.failed(DROPPED, clock.now - retry.MAX_PAUSE)  # lasted exactly the longest pause
+    clock.now += 60.0
+    assert window.failed(DROPPED, clock.now - retry.MAX_PAUSE - 0.1) == 0.0  # lasted longer
+    clock.now += 10.0
+    assert window.failed(DROPPED, clock.now) == 0.0
+    window.succeeded()
+    clock.now += 60.0
+    assert window.failed(DROPPED, clock.now) == 0.0
+    assert pauses == [1, 2, 1, 2, 1]
+
+
+def test_a_window_of_no_seconds_pauses_once_then_gives_up(pauses: list[int]) -> None:
+    clock = Clock()
+    window = retry.RetryWindow(0.0, 0.2, clock)
+    assert window.failed(DROPPED, clock.now) == 0.0
+    clock.now += 0.001
+    assert window.failed(DROPPED, clock.now) is None
+
+
+def test_the_pause_of_a_window_is_the_helpers_of_its_backoff() -> None:
+    clock = Clock()
+    window = retry.RetryWindow(100.0, 0.4, clock)
+    first = window.failed(DROPPED, clock.now)
+    assert first is not None and 0.2 <= first <= 0.4
+    second = window.failed(DROPPED, clock.now)
+    assert second is not None and 0.4 <= second <= 0.8
+
+
+def test_a_replay_sends_every_line_taken_from_its_first_and_takes_each_once() -> None:
+    taken: list[bytes] = []
+
+    def source() -> Iterator[bytes]:
+        for line in (b"a\n", b"b\n", b"c\n", b"d\n"):
+            taken.append(line)
+            yield line
+
+    replay = Replay(source())
+    first = replay.body()
+    assert [next(first), next(first)] == [b"a\n", b"b\n"]  # the request fails here
+    second = replay.body()
+    assert next(second) == b"a\nb\n"
+    assert list(second) == [b"c\n", b"d\n"]
+    assert list(replay.body()) == [b"a\nb\nc\nd\n"]
+    assert taken == [b"a\n", b"b\n", b"c\n", b"d\n"]
+
+
+def test_an_async_replay_does_the_same() -> None:
+    async def source() -> AsyncIterator[bytes]:
+        for line in (b"a\n", b"b\n", b"c\n"):
+            yield line
+
+    async def main() -> None:
+        replay = AsyncReplay(source())
+        first = replay.body()
+        assert await anext(first) == b"a\n"
+        assert [piece async for piece in replay.body()] == [b"a\n", b"b\n", b"c\n"]
+        assert [piece async for piece in replay.body()] == [b"a\nb\nc\n"]
+        assert [piece async for piece in AsyncReplay(source()).body()] == [b"a\n", b"b\n", b"c\n"]
+
+    asyncio.run(main())

@@ -51,6 +51,7 @@ from lastword.errors import (
     RequestTimeout,
     problem_json,
 )
+from lastword.http.body import BODY_DRAINED
 from lastword.http.sse import DETACH
 from lastword.main import create_app
 from lastword.settings import Settings
@@ -206,6 +207,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     _stream: _DetachedBody | None = None
     #: What the client sent while the stream had the connection (read once it ends).
     _held: list[bytes] = []
+    #: The drain cut the body of the request in flight (see :meth:`cut_body`).
+    _body_drained: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -306,9 +309,23 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._count_header_bytes(len(name) + len(value) + 4)  # ": " and CRLF
         super().on_header(name, value)
 
+    def _drained(self) -> bool:
+        return self._body_drained
+
+    def cut_body(self) -> bool:
+        """The drain ran out of time: end the body of the request in flight where it stands
+        (its read wakes and the app answers 503 with what the whole lines made); whether one was."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or cycle.disconnected or not cycle.more_body:
+            return False
+        self._body_drained = True
+        cycle.message_event.set()
+        return True
+
     def on_headers_complete(self) -> None:
         self._disarm()
-        self.scope["extensions"] = {DETACH: self._detach}  # type: ignore[dict-item]
+        self._body_drained = False
+        self.scope["extensions"] = {DETACH: self._detach, BODY_DRAINED: self._drained}  # type: ignore[dict-item]
         super().on_headers_complete()
         if self.draining and self.cycle is not None:
             self.cycle.keep_alive = False
@@ -349,6 +366,9 @@ class LastwordServer(uvicorn.Server):
 
     #: How often the drain looks whether requests are still in flight.
     DRAIN_POLL_SECONDS = 0.05
+    #: Seconds before the drain's deadline (at most a quarter of it) at which bodies still
+    #: arriving are cut, so their requests answer 503 with what they stored before it.
+    BODY_CUT_SECONDS = 1.0
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.should_exit:
@@ -367,9 +387,24 @@ class LastwordServer(uvicorn.Server):
             protocol.draining = True
         for connection in list(self.server_state.connections):
             connection.shutdown()  # idle ones close now, busy ones after their response
+        grace = self.config.timeout_graceful_shutdown or 0
+        cut_at = deadline - min(self.BODY_CUT_SECONDS, grace / 4)
         while ((self.server_state.tasks or (sender is not None and sender.busy))
-               and not self.force_exit and loop.time() < deadline):
+               and not self.force_exit and loop.time() < cut_at):
             await asyncio.sleep(self.DRAIN_POLL_SECONDS)
+        # Streamed bodies still arriving (a child's whole run) end here, answered 503 with what
+        # their whole lines stored, rather than cancelled with their tasks (a 500); a second
+        # SIGTERM cuts them too and gives them the same short while to answer.
+        if any([connection.cut_body() for connection in list(self.server_state.connections)
+                if isinstance(connection, HeaderDeadlineProtocol)]):
+            answer_by = loop.time() + min(self.BODY_CUT_SECONDS, grace / 4)
+            until = answer_by if self.force_exit else max(answer_by, deadline)
+            while self.server_state.tasks and loop.time() < until:
+                await asyncio.sleep(self.DRAIN_POLL_SECONDS)
+        else:
+            while ((self.server_state.tasks or (sender is not None and sender.busy))
+                   and not self.force_exit and loop.time() < deadline):
+                await asyncio.sleep(self.DRAIN_POLL_SECONDS)
         # What is left of the deadline is uvicorn's grace for the requests still running.
         # (uvicorn hands it to asyncio.wait_for, which takes seconds as a float.)
         self.config.timeout_graceful_shutdown = max(0.0, deadline - loop.time())  # type: ignore[assignment]

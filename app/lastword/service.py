@@ -573,6 +573,10 @@ class RunService:
                 return assistant_texts(events)
             after = page[-1].seq
 
+    async def renew_lease(self, run_id: str) -> None:
+        """Renew the open turn's lease now, without an event (SPEC §16a: a body still sending)."""
+        await self._store.renew_lease(run_id, self.clock())
+
     async def sweep_once(self) -> int:
         """End every turn whose lease has expired; the count ended."""
         ended = 0

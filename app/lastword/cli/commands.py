@@ -36,6 +36,7 @@ import httpx
 
 from lastword import __version__
 from lastword.client.core import LastwordAPIError, LastwordClient, StreamMessage
+from lastword.client.retry import RETRY_SECONDS
 from lastword.schemas import Run
 from lastword.settings import Settings
 
@@ -156,7 +157,9 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace, reconnects: int | None = None) -> LastwordClient:
-    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects)
+    retry_seconds = getattr(args, "retry_seconds", RETRY_SECONDS)  # ``run``'s --retry-seconds
+    return LastwordClient(args.url, token=args.token, retries=CLI_RETRIES, reconnects=reconnects,
+                          retry_seconds=retry_seconds)
 
 
 def _tail(args: argparse.Namespace) -> int:
@@ -316,7 +319,8 @@ def _run(args: argparse.Namespace) -> int:
         format = run.format_of(command, args.format)
         with _client(args) as client:
             outcome = run.run_child(client, command, format=format, run_id=args.run_id,
-                                    parent_run_id=args.parent, agent=args.agent)
+                                    parent_run_id=args.parent, agent=args.agent, lease_seconds=args.lease,
+                                    kill_after=args.kill_after)
     except run.UsageError as error:
         print(f"lastword run: {error}", file=sys.stderr)
         return run.USAGE
@@ -331,6 +335,17 @@ def _run(args: argparse.Namespace) -> int:
         return run.UNREACHABLE
     run.print_outcome(outcome, args.json)
     return outcome.status
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds: a number, 0 or more."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return seconds
 
 
 def _service_url(text: str) -> str:
@@ -469,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
     from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
+    from lastword.cli.run import KILL_AFTER as RUN_KILL_AFTER
+    from lastword.cli.run import RETRY_SECONDS as RUN_RETRY_SECONDS
 
     run = add_command(
         "run",
@@ -476,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create a run, start COMMAND, stream its standard output into the run as it is "
         "printed (sent again from the start after a lost connection: nothing is lost or stored twice), "
         "and when it exits print the selected output. Standard input and error are COMMAND's own; "
-        "SIGINT and SIGTERM are passed on to it and end the turn cancelled.",
+        "SIGINT and SIGTERM are passed on to it (SIGKILL after --kill-after) and end the turn cancelled; "
+        "a COMMAND that exits without a line ending its turn ends it error (no_terminal_event).",
         epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
                          "--output-format stream-json --verbose")
         + "\nexit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
@@ -488,6 +506,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="COMMAND's output format; auto: by its name ("
                      + ", ".join(f"{name} is {fmt}" for name, fmt in FORMATS_BY_COMMAND.items()) + ")")
     run.add_argument("--json", action="store_true", help="print the whole SubagentResult as JSON")
+    run.add_argument("--lease", type=_seconds, metavar="SECONDS",
+                     help="the run's lease (default: the service's); a blank line keeps it while COMMAND is silent")
+    run.add_argument("--retry-seconds", type=_seconds, default=RUN_RETRY_SECONDS, metavar="SECONDS",
+                     help="how long COMMAND's output is sent again to a service that cannot take it "
+                     f"(failures in a row; default {RUN_RETRY_SECONDS:g})")
+    run.add_argument("--kill-after", type=_seconds, default=RUN_KILL_AFTER, metavar="SECONDS",
+                     help="SIGKILL for COMMAND this long after a SIGINT or SIGTERM passed on to it "
+                     f"(default {RUN_KILL_AFTER:g})")
     _add_remote(run)
     run.add_argument("child", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS ...]",
                      help="the child to run, after --")

@@ -5,22 +5,33 @@ error are the command's own), and streams every line the child prints into
 ``POST /v1/runs/{runId}/ingest/{format}`` (SPEC §16) as one long-lived request: a line is written
 the moment it is read, so subscribers see the child's progress live.
 
-**Nothing printed is lost.** Every line read is kept in memory until the request is answered. If
-the request fails (the service restarted, the network dropped), a new one sends the child's
-whole output so far again from its first line, then goes on with the new lines: the service
+**Nothing printed is lost.** Every line read is kept in memory (by the client,
+:mod:`lastword.client.replay`) until the request is answered. If the request fails (the service
+restarted, the network dropped), a new one sends the child's whole output so far again from its
+first line, then goes on with the new lines: the service
 derives ``eventId``s from the CLI's own ids and from each line's position in the body, so the
 lines sent twice are counted as duplicates, not stored twice. This is also why the output is not
 cut into several requests the way :mod:`lastword.client.stream_pusher` rolls its requests over:
 the positions are counted per body, so every body must start at the first line. While the child
-is silent, a blank line (which NDJSON readers skip) is written every ``KEEPALIVE`` seconds, well
-inside the service's body time-out. Reconnecting goes on as long as the child runs, and for
-``GIVE_UP_AFTER_EXIT`` seconds after it exited.
+is silent, a blank line is written every ``KEEPALIVE`` seconds, or every third of the run's lease
+when that is shorter (``--lease`` sets it): the service renews the lease while a body's bytes keep
+arriving, so a child silent for longer than its lease (a long build, a subagent whose lines the
+CLI does not print) keeps its turn. A failed request (a lost connection, or a 502, 503 or 504
+from a replica that is restarting or draining) is sent again with growing pauses for
+``--retry-seconds`` of failures in a row; a rolling restart of the service thus never changes
+the child's answer. A service still gone after that is given up (exit status 8): the child
+runs on, its output unsent.
 
 **The end.** When the child has exited and the request is answered, a turn the output did not end
-itself (no terminal line) is ended: ``cancelled`` if ``lastword run`` was sent SIGINT or SIGTERM
-(both are passed on to the child), ``error`` naming the exit status if it was not 0, else
-``completed``. A body the service refused (a line it cannot read) ends it ``error`` with the
-service's words. Then the turn's result is printed: the selected output's text blocks, joined by
+itself (no terminal line) is ended ``error`` with ``error.type: "no_terminal_event"``, whatever
+the child's exit status (a turn that never said it ended is not known to be complete), keeping
+the output selected so far. A body the service refused (a line it cannot read) ends it
+``error`` with the service's words.
+
+**Signals.** SIGINT and SIGTERM are passed on to the child and end the turn ``cancelled``: the
+body ends with the lines read before the signal (what the child prints after it is read and
+dropped, so a child that ignores the signal and finishes cannot end the turn ``completed``), and
+a child still running ``--kill-after`` seconds later is sent SIGKILL. Then the turn's result is printed: the selected output's text blocks, joined by
 a blank line, or with ``--json`` the whole ``SubagentResult``.
 
 **Exit statuses** (``EXIT_STATUSES``): the turn's stop reason, as SPEC §16 maps it, once the turn
@@ -65,13 +76,13 @@ EXIT_STATUSES = {
     NOT_FOUND: "COMMAND is not found",
 }
 
-#: Seconds of silence after which a blank line is written (the service's body time-out is 30 s).
+#: Seconds of silence after which a blank line is written (the service's body time-out is 30 s);
+#: shorter for a run whose lease is shorter than three times this.
 KEEPALIVE = 10.0
-#: Seconds a reconnect waits at most; the pauses before grow from ``FIRST_PAUSE``.
-LONGEST_PAUSE = retry.MAX_PAUSE
-FIRST_PAUSE = 0.2
-#: Seconds the output of a child that exited is still offered to a service that cannot be reached.
-GIVE_UP_AFTER_EXIT = 120.0
+#: Seconds of failures in a row for which the output is sent again (``--retry-seconds``).
+RETRY_SECONDS = retry.RETRY_SECONDS
+#: Seconds a child is given to exit after the signal passed on to it, before SIGKILL (``--kill-after``).
+KILL_AFTER = 10.0
 
 
 class UsageError(Exception):
@@ -97,44 +108,49 @@ def format_of(command: Sequence[str], requested: str) -> str:
     return FORMATS_BY_COMMAND[name]
 
 
+def keepalive_every(keepalive: float, lease_seconds: float) -> float:
+    """Seconds of silence after which a blank line is written: ``keepalive``, or a third of the
+    run's lease when that is shorter (a lease of 0 is none)."""
+    return min(keepalive, lease_seconds / 3) if lease_seconds > 0 else keepalive
+
+
 class ChildOutput:
-    """The lines a child printed, kept, and bodies that send them from the first line on."""
+    """The lines a child prints, handed to the request as they are read (the client keeps them
+    for a request sent again); a blank line after ``keepalive`` seconds of silence."""
 
     def __init__(self, keepalive: float = KEEPALIVE) -> None:
         self._keepalive = keepalive
-        self._lines: list[bytes] = []
-        self._changed = threading.Condition()
-        #: When the child's output ended (``time.monotonic()``), or None while it runs.
-        self.ended_at: float | None = None
-
-    def __len__(self) -> int:
-        return len(self._lines)
+        self._pending: list[bytes] = []
+        # Reentrant: ``end`` is called from a signal handler, which runs in the thread that may
+        # be inside ``append``.
+        self._changed = threading.Condition(threading.RLock())
+        self._ended = False
 
     def append(self, line: bytes) -> None:
+        """A line read; after :meth:`end` (a signal cut the output short, or the service is given
+        up) it is dropped."""
         if not line.endswith(b"\n"):
             line += b"\n"  # the last line of an output that does not end with a newline
         with self._changed:
-            self._lines.append(line)
-            self._changed.notify_all()
+            if not self._ended:
+                self._pending.append(line)
+                self._changed.notify_all()
 
     def end(self) -> None:
         with self._changed:
-            self.ended_at = time.monotonic()
+            self._ended = True
             self._changed.notify_all()
 
-    def body(self) -> Iterator[bytes]:
-        """Every line from the first, each written as soon as it is read, until the output ends;
-        a blank line after ``keepalive`` seconds of silence."""
-        sent = 0
+    def lines(self) -> Iterator[bytes]:
+        """The lines as they are read, until the output ends."""
         while True:
             with self._changed:
-                if sent == len(self._lines) and self.ended_at is None:
+                if not self._pending and not self._ended:
                     self._changed.wait(self._keepalive)
-                lines = self._lines[sent:]
-                ended = self.ended_at is not None
-            sent += len(lines)
-            if lines:
-                yield b"".join(lines)
+                taken, self._pending = self._pending, []
+                ended = self._ended
+            if taken:
+                yield b"".join(taken)
             elif ended:
                 return
             else:
@@ -151,29 +167,19 @@ class Delivery:
 
 
 def deliver(client: LastwordClient, run_id: str, format: str, output: ChildOutput, delivery: Delivery) -> None:
-    """Send the output until the service answers it; after a failure, again from the first line."""
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            delivery.answer = client.ingest_cli_stream(run_id, format, output.body())
-            return
-        except LastwordAPIError as error:
-            if not retry.is_retried(error):
-                delivery.refusal = error
-                return
-            failure: BaseException = error
-        except Exception as error:
-            if not retry.is_retried(error):
-                delivery.failure = error
-                return
-            failure = error
-        if output.ended_at is not None and time.monotonic() - output.ended_at > GIVE_UP_AFTER_EXIT:
-            delivery.failure = failure
-            return
-        # A connection that lived a while was not refused at once: start the pauses again.
-        failures = 1 if time.monotonic() - started > LONGEST_PAUSE else failures + 1
-        time.sleep(retry.pause(FIRST_PAUSE, failures))
+    """Send the output; the client sends it again from the first line after a failure, for its
+    ``retry_seconds`` of failures in a row."""
+    try:
+        delivery.answer = client.ingest_cli_stream(run_id, format, output.lines())
+    except LastwordAPIError as error:
+        if retry.is_retried(error):
+            delivery.failure = error
+        else:
+            delivery.refusal = error
+    except Exception as error:  # a lost connection, or anything else that ended the tries
+        delivery.failure = error
+    finally:
+        output.end()  # what the child prints from now on has nowhere to go
 
 
 def _exit_words(status: int) -> str:
@@ -195,7 +201,8 @@ class Outcome:
 
 def run_child(
     client: LastwordClient, command: Sequence[str], *, format: str, run_id: str | None = None,
-    parent_run_id: str | None = None, agent: str | None = None, keepalive: float = KEEPALIVE,
+    parent_run_id: str | None = None, agent: str | None = None, lease_seconds: float | None = None,
+    keepalive: float = KEEPALIVE, kill_after: float = KILL_AFTER,
 ) -> Outcome:
     """Create the run, run ``command`` with its output streamed into it, end the turn if the
     output did not, and return the turn's result (see the module's docstring)."""
@@ -203,25 +210,32 @@ def run_child(
     if executable is None:
         raise CommandNotRun(NOT_FOUND, f"{command[0]}: command not found")
     name = os.path.basename(command[0])
-    run = client.create_run(run_id, parent_run_id=parent_run_id, agent=agent or name)
+    run = client.create_run(run_id, parent_run_id=parent_run_id, agent=agent or name, lease_seconds=lease_seconds)
     try:
         child = subprocess.Popen([executable, *command[1:]], stdout=subprocess.PIPE)
     except OSError as error:
         client.end(run.runId, "error", error={"message": f"{name} could not be started: {error}"})
         raise CommandNotRun(NOT_EXECUTABLE, f"{command[0]}: {error.strerror or error}") from error
-    signalled = threading.Event()
-
-    def pass_on(signum: int, frame: FrameType | None) -> None:
-        signalled.set()
-        child.send_signal(signum)
-
-    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
-    output = ChildOutput(keepalive)
+    output = ChildOutput(keepalive_every(keepalive, run.leaseSeconds))
     delivery = Delivery()
     sender = threading.Thread(target=deliver, args=(client, run.runId, format, output, delivery),
                               name="lastword-run-sender", daemon=True)
+    sender.start()
+    # Set by the first signal, or once the child has exited (the escalation then has nothing to do).
+    signalled, over = threading.Event(), threading.Event()
+    threading.Thread(target=_escalate, args=(child, signalled, over, kill_after), name="lastword-run-kill-after",
+                     daemon=True).start()
+
+    def pass_on(signum: int, frame: FrameType | None) -> None:
+        # Only flags and the signal itself here: the handler runs between two bytecodes of the
+        # main thread, whatever lock that holds.
+        output.end()  # the turn is cancelled: nothing printed from now on is part of it
+        signalled.set()
+        over.set()
+        child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        sender.start()
         _read_lines(child.stdout, output)
         exit_status = child.wait()
     finally:
@@ -229,6 +243,7 @@ def run_child(
         # service that is down): the first one, passed on, already asked for the end.
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        over.set()  # after the handlers are gone: the main thread never holds its lock in one
     sender.join()
     if delivery.failure is not None:
         raise delivery.failure
@@ -236,6 +251,17 @@ def run_child(
         _end_turn(client, run.runId, name, exit_status, signalled.is_set(), delivery.refusal)
     result = client.result(run.runId)
     return Outcome(result, EXIT_BY_STOP_REASON.get(result.stopReason or "", REFUSED))
+
+
+def _escalate(child: subprocess.Popen[bytes], signalled: threading.Event, over: threading.Event,
+              kill_after: float) -> None:
+    """SIGKILL for a child still running ``kill_after`` seconds after a signal was passed on to it."""
+    over.wait()
+    if signalled.is_set():
+        try:
+            child.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 def _read_lines(stdout: IO[bytes] | None, output: ChildOutput) -> None:
@@ -259,11 +285,10 @@ def _end_turn(client: LastwordClient, run_id: str, name: str, exit_status: int, 
         stop_reason = "error"
         detail = refusal.problem.get("detail") or refusal.problem.get("title") or refusal.code
         error = {"message": f"the service could not store {name}'s output: {detail}", "type": refusal.code}
-    elif exit_status != 0:
-        stop_reason = "error"
-        error = {"message": f"{name} {_exit_words(exit_status)}", "exitStatus": exit_status}
     else:
-        stop_reason = "completed"
+        stop_reason = "error"
+        error = {"type": "no_terminal_event", "exitStatus": exit_status,
+                 "message": f"{name} {_exit_words(exit_status)} without a line that ends its turn"}
     try:
         client.end(run_id, stop_reason, error=error)
     except LastwordAPIError as ended:

@@ -15,6 +15,11 @@ twice), runs get a ``runId`` before the first attempt (a retried create answers 
 same run), and ending a turn and closing a run are idempotent on the server. Starting a turn is
 not: ``next_turn`` is a ``_Call`` with ``once``, sent again only when it surely was not carried
 out. What is retried and how long each pause is comes from :mod:`lastword.client.retry`.
+
+A child's output is the exception to counting tries: a CLI's lines (``ingest_cli_stream``) and
+a stream pusher's deltas are sent again after a lost connection or a 502/503/504 for
+``retry_seconds`` of failures in a row, the CLI's lines always whole from the first
+(:mod:`lastword.client.replay`), so a rolling restart of the service never changes a child's answer.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from tenacity import AsyncRetrying, Retrying, RetryCallState, retry_if_exception
 
 from lastword.client import retry
 from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
-from lastword.client.retry import RETRIED_STATUSES, LastwordAPIError
+from lastword.client.replay import AsyncReplay, Replay
+from lastword.client.retry import RETRIED_STATUSES, RETRY_SECONDS, LastwordAPIError, RetryWindow
 from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.rules.ids import new_run_id
 from lastword.rules.lifecycle import closes_run_stream
@@ -124,8 +130,8 @@ class _Call(Generic[T]):
 
 
 #: What ``ingest_cli_stream`` takes: an agent CLI's standard output as lines (str or bytes, with
-#: or without their newline). A list or tuple is one body, retried on failure; any other iterable
-#: is streamed once, each line written as it comes (the async client also takes async iterables).
+#: or without their newline), each line written as the iterable yields it (the async client also
+#: takes async iterables); after a failure the lines so far are sent again, then the rest.
 CliLines = Iterable[str | bytes] | AsyncIterable[str | bytes]
 #: What ``push_text_stream`` takes: pieces of text, written into one request as they come.
 TextPieces = Iterable[str] | AsyncIterable[str]
@@ -142,13 +148,7 @@ def _cli_line(line: str | bytes) -> bytes:
     return data if data.endswith(b"\n") else data + b"\n"
 
 
-def _cli_body(lines: Iterable[str | bytes]) -> bytes | Iterator[bytes]:
-    if isinstance(lines, (list, tuple)):
-        return b"".join(_cli_line(line) for line in lines)
-    return (_cli_line(line) for line in lines)
-
-
-async def _acli_body(lines: AsyncIterable[str | bytes]) -> AsyncIterator[bytes]:
+async def _acli_lines(lines: AsyncIterable[str | bytes]) -> AsyncIterator[bytes]:
     async for line in lines:
         yield _cli_line(line)
 
@@ -260,13 +260,19 @@ class _Core:
     """Everything the two clients share: requests, answers, retries, time-outs."""
 
     def __init__(
-        self, token: str | None, retries: int, backoff: float, timeout: float, reconnects: int | None
+        self, token: str | None, retries: int, backoff: float, timeout: float, reconnects: int | None,
+        retry_seconds: float,
     ) -> None:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
         self.reconnects = retries if reconnects is None else reconnects
+        self.retry_seconds = retry_seconds
+
+    def retry_window(self) -> RetryWindow:
+        """How long a child's output is sent again (see the module's docstring)."""
+        return RetryWindow(self.retry_seconds, self.backoff)
 
     def retry_policy(self, call: _Call[Any]) -> dict[str, Any]:
         return {
@@ -576,7 +582,9 @@ class _Client(Generic[Http, Transport]):
     ``retries``: how often a request is retried after a transport error or a 429/502/503/504,
     with exponential ``backoff``; ``timeout``: seconds per request (long polls get their wait on
     top); ``reconnects``: how many failed reconnects in a row a stream that was open survives
-    (default: ``retries``; a large number waits out a server restart of any length).
+    (default: ``retries``; a large number waits out a server restart of any length);
+    ``retry_seconds``: how long a child's output (``ingest_cli_stream``, the stream pushers) is
+    sent again after failures in a row, however many tries that takes.
     """
 
     def __init__(
@@ -588,9 +596,10 @@ class _Client(Generic[Http, Transport]):
         backoff: float = 0.2,
         timeout: float = 30.0,
         reconnects: int | None = None,
+        retry_seconds: float = RETRY_SECONDS,
         transport: Transport | None = None,
     ) -> None:
-        self._core = _Core(token, retries, backoff, timeout, reconnects)
+        self._core = _Core(token, retries, backoff, timeout, reconnects, retry_seconds)
         self._http: Http = self._open(base_url, timeout, transport)
 
     def _open(self, base_url: str, timeout: float, transport: Transport | None) -> Http:
@@ -731,7 +740,7 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
             return self._send(self._core.push_ndjson(run_id, body))
 
         return StreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
-                            attempts=self._core.retries + 1, backoff=self._core.backoff)
+                            retry_seconds=self._core.retry_seconds, backoff=self._core.backoff)
 
     def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
@@ -756,13 +765,23 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
         """Store an agent CLI's standard output (``claude-code``, ``codex``, ``opencode``; SPEC §16)
         as one NDJSON request; the service stores each line as it arrives.
 
-        A list or tuple of lines is one body, retried on failure; any other iterable is streamed
-        once, each line written the moment the iterable yields it (to resend after a failure,
-        send the whole output again from its first line: nothing is stored twice).
+        Each line is written the moment the iterable yields it, and kept: after a lost
+        connection or a 502/503/504 (a replica restarting or draining) a new request sends every
+        line so far again from the first, then the rest, for ``retry_seconds`` of failures in a
+        row. The service derives eventIds from the CLI's ids, so nothing is stored twice.
         """
         if isinstance(lines, AsyncIterable):
             raise TypeError("an async iterable needs AsyncLastwordClient.ingest_cli_stream")
-        return self._send(self._core.ingest_cli_stream(run_id, format, _cli_body(lines)))
+        replay, window = Replay(map(_cli_line, lines)), self._core.retry_window()
+        while True:
+            started = time.monotonic()
+            try:
+                return self._send(self._core.ingest_cli_stream(run_id, format, replay.body()))
+            except (LastwordAPIError, httpx.TransportError) as error:
+                wait = window.failed(error, started)
+                if wait is None:
+                    raise
+            time.sleep(wait)
 
     def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""
@@ -964,7 +983,7 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             return await self._send(self._core.push_ndjson(run_id, body))
 
         return AsyncStreamPusher(send, idle=idle, roll_events=roll_events, roll_bytes=roll_bytes,
-                                 attempts=self._core.retries + 1, backoff=self._core.backoff)
+                                 retry_seconds=self._core.retry_seconds, backoff=self._core.backoff)
 
     async def push_provider_stream(
         self, run_id: str, format: str, body_or_iterable: ProviderBody, *, end: bool = False,
@@ -985,14 +1004,17 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
 
     async def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines) -> IngestResult:
         """As :meth:`LastwordClient.ingest_cli_stream`; an async iterable is streamed as it yields."""
-        body: Any
-        if isinstance(lines, AsyncIterable):
-            body = _acli_body(lines)
-        else:
-            body = _cli_body(lines)
-            if not isinstance(body, bytes):
-                body = _async_of(body)
-        return await self._send(self._core.ingest_cli_stream(run_id, format, body))
+        source = _acli_lines(lines) if isinstance(lines, AsyncIterable) else _async_of(map(_cli_line, lines))
+        replay, window = AsyncReplay(source), self._core.retry_window()
+        while True:
+            started = time.monotonic()
+            try:
+                return await self._send(self._core.ingest_cli_stream(run_id, format, replay.body()))
+            except (LastwordAPIError, httpx.TransportError) as error:
+                wait = window.failed(error, started)
+                if wait is None:
+                    raise
+            await asyncio.sleep(wait)
 
     async def end(self, run_id: str, stop_reason: str, *, error: Any = None, cascade: bool = False) -> SubagentResult:
         """End the current turn; the same end again answers the same result."""

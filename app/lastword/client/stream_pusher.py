@@ -11,11 +11,13 @@ lines written in a request are kept until it is answered. A request ends when ``
 ``close()`` asks (they return once everything pushed before them is acknowledged), after
 ``idle`` seconds without a push (well inside the service's body time-out), or once it has
 carried ``roll_events`` lines or ``roll_bytes`` bytes, so that acknowledgements keep coming and
-what is kept stays small. If a request fails (the connection dropped, the service answered 503),
-its lines go out again first in the next one, up to ``attempts`` times: every event got its
-``eventId`` when it was pushed and the service stores each id once, so nothing is lost and
-nothing is stored twice. A failure that outlasts the attempts, or a refusal (a 4xx), is raised
-by the next ``push_*``, ``flush()`` or ``close()``; what was not acknowledged stays kept.
+what is kept stays small. If a request fails (the connection dropped, the service answered 502,
+503 or 504), its lines go out again first in the next one, with growing pauses, for
+``retry_seconds`` of failures in a row (a :class:`~lastword.client.retry.RetryWindow`; a
+rolling restart of the service is ridden out): every event got its ``eventId`` when it was
+pushed and the service stores each id once, so nothing is lost and nothing is stored twice. A
+failure that outlasts the window, or a refusal (a 4xx), is raised by the next ``push_*``,
+``flush()`` or ``close()``; what was not acknowledged stays kept.
 
 :class:`_Lines` is the bookkeeping both pushers share; :class:`AsyncStreamPusher` drives it
 from a task, :class:`StreamPusher` (the synchronous client's) from a thread.
@@ -104,12 +106,11 @@ class _StreamPusher(Generic[Sender]):
 
     def __init__(
         self, send: Sender, *, idle: float = IDLE, roll_events: int = ROLL_EVENTS, roll_bytes: int = ROLL_BYTES,
-        attempts: int = 5, backoff: float = 0.2,
+        retry_seconds: float = retry.RETRY_SECONDS, backoff: float = 0.2,
     ) -> None:
         self._send: Sender = send
         self._idle_seconds = idle
-        self._attempts = attempts
-        self._backoff = backoff
+        self._window = retry.RetryWindow(retry_seconds, backoff)
         self._lines = _Lines(roll_events, roll_bytes)
         self._closed = False
         #: Requests sent (a retried one counts again).
@@ -167,25 +168,25 @@ class AsyncStreamPusher(_StreamPusher[AsyncSend], AsyncPusherBase):
 
     async def _sender(self) -> None:
         lines = self._lines
-        failures = 0
         while True:
             if not lines.pending:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             self.requests += 1
+            started = time.monotonic()
             try:
                 await self._send(self._body())
             except Exception as error:
                 lines.failed()
-                failures += 1
-                if not retry.is_retried(error) or failures >= self._attempts:
+                wait = self._window.failed(error, started)
+                if wait is None:
                     lines.error = error  # kept for the caller's next call; the lines stay kept
                     self._done.set()
                     return
-                await asyncio.sleep(retry.pause(self._backoff, failures))
+                await asyncio.sleep(wait)
                 continue
-            failures = 0
+            self._window.succeeded()
             lines.acknowledged()
             if lines.idle:
                 self._done.set()
@@ -236,7 +237,6 @@ class StreamPusher(_StreamPusher[Send], ThreadPusherBase):
 
     def _sender(self) -> None:
         lines = self._lines
-        failures = 0
         while True:
             with self._changed:
                 while not lines.pending and not self._closed:
@@ -244,19 +244,20 @@ class StreamPusher(_StreamPusher[Send], ThreadPusherBase):
                 if not lines.pending:
                     return  # closed with nothing left
                 self.requests += 1
+            started = time.monotonic()
             try:
                 self._send(self._body())
             except Exception as error:
                 with self._changed:
                     lines.failed()
-                    failures += 1
-                    if not retry.is_retried(error) or failures >= self._attempts:
+                    wait = self._window.failed(error, started)
+                    if wait is None:
                         lines.error = error
                         self._changed.notify_all()
                         return
-                time.sleep(retry.pause(self._backoff, failures))
+                time.sleep(wait)
                 continue
-            failures = 0
+            self._window.succeeded()
             with self._changed:
                 lines.acknowledged()
                 self._changed.notify_all()

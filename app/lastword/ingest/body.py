@@ -3,7 +3,8 @@ that say how to read them. Size limits, ``Content-Encoding`` (gzip), the charset
 
 A face (HTTP today) makes a :class:`Body` of its request; nothing here knows the transport.
 A face whose client goes away mid-body ends the byte iterator with :class:`BodyCut`, so a
-streamed ingest can keep what arrived and a whole-body read fails as it did before.
+streamed ingest can keep what arrived and a whole-body read fails as it did before; one whose
+drain runs out of time mid-body ends it with :class:`BodyDrained`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from lastword.errors import (
+    Draining,
     InvalidGzip,
     PayloadTooLarge,
     UnsupportedCharset,
@@ -22,6 +24,16 @@ from lastword.errors import (
 
 class BodyCut(Exception):
     """The body ended before its end: the client went away while sending it."""
+
+
+class BodyDrained(Draining):
+    """The body's bytes stop here: the replica's drain ran out of time while they still came
+    (SPEC §16a). What the whole lines received made is kept; the answer is 503 ``draining``
+    with ``Retry-After`` (a streamed ingest adds what it stored, ``lastSeq`` included)."""
+
+    def __init__(self) -> None:
+        super().__init__("the replica is shutting down and its body was cut where it stood: the whole lines "
+                         "before the cut are stored; send the body again (eventIds store nothing twice)")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,11 @@ so a retry of the whole body from its start stores nothing twice (eventIds) and 
 there. A body cut off by the client stores what its lines made but leaves the message being
 assembled to the body sent again.
 
+**A child that is alive keeps its turn** (SPEC §16a): a CLI may print nothing for longer than
+the run's lease (a long build, a subagent whose lines it does not print), and its bytes, even a
+blank keep-alive line that stores nothing, renew the lease as they arrive (at most once a
+second of the service's clock: appends renew it too).
+
 A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight with
 ``parentRunId`` = the run, so ``/children``, the join, the dashboard and webhooks show it.
 """
@@ -25,7 +30,7 @@ from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.adapters.framing import json_array, json_lines
 from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
-from lastword.ingest.body import Body, BodyCut, body_pieces
+from lastword.ingest.body import Body, BodyCut, BodyDrained, body_pieces
 from lastword.ingest.checks import encode_made
 from lastword.ingest.outcome import Stored
 from lastword.rules.ids import RUN_ID_PATTERN
@@ -34,6 +39,8 @@ from lastword.rules.records import NewRun
 from lastword.service import RunService
 from lastword.settings import Settings
 
+#: Seconds of the service's clock between two renewals of the lease by a body's bytes.
+RENEW_EVERY = 1.0
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
@@ -48,15 +55,23 @@ async def ingest_cli_stream(
     adapter = CLI_ADAPTERS[format](run.turn)  # a later turn's eventIds are its own (§16a)
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
     # A child streams its whole run through one body: NDJSON is held to a line limit, never a
-    # total (a JSON array is read whole, so it keeps the body limit).
-    lines = json_lines(body_pieces(body, None), noun="line", max_line=settings.max_line_bytes) \
-        if kind in NDJSON_TYPES else json_array(body_pieces(body, settings.max_body_bytes))
+    # total (a JSON array is read whole, so it keeps the body limit). Its bytes renew the lease.
+    if kind in NDJSON_TYPES:
+        lines = json_lines(_renewing(body_pieces(body, None), service, run_id), noun="line",
+                           max_line=settings.max_line_bytes)
+    else:
+        lines = json_array(_renewing(body_pieces(body, settings.max_body_bytes), service, run_id))
     try:
         unread = await _read(lines, adapter, writer)
     except BodyCut:
         # What came is stored; the message being assembled waits for the body sent again.
         await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
+    except BodyDrained as drained:  # 503: the producer sends the whole body again elsewhere
+        await writer.flush()
+        drained.extra.update(accepted=writer.answer.accepted, duplicates=writer.answer.duplicates,
+                             lastSeq=writer.answer.last_seq)
+        raise
     if unread is not None:
         # The lines before it stay stored, and so does what they assembled.
         at = unread.extra.get("index")
@@ -84,6 +99,8 @@ async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter
             batch = await anext(reading)
         except StopAsyncIteration:
             return None
+        except BodyDrained:
+            raise  # not the body's fault: it is sent again whole, nothing is cut
         except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
             return error
         for index, line in batch:
@@ -140,6 +157,17 @@ class _Writer:
         self.answer.duplicates += outcome.duplicates
         if child is None:
             self.answer.last_seq = outcome.last_seq
+
+
+async def _renewing(pieces: AsyncIterator[bytes], service: RunService, run_id: str) -> AsyncIterator[bytes]:
+    """The body's pieces, the run's lease renewed as they arrive."""
+    renewed = service.clock()
+    async for piece in pieces:
+        now = service.clock()
+        if now - renewed >= RENEW_EVERY:
+            await service.renew_lease(run_id)
+            renewed = now
+        yield piece
 
 
 def _object(value: Any, index: int) -> dict[str, Any]:

@@ -133,6 +133,11 @@ class RunLog(Protocol):
         """End the open turn. ``only_if_expired`` (the sweep) ends it only if its lease ran out."""
 
     @abc.abstractmethod
+    async def renew_lease(self, run_id: str, now: float) -> None:
+        """Renew the open turn's lease from ``now`` without an event (an ingest body whose bytes
+        keep arriving); nothing for a run that is not running or has no lease."""
+
+    @abc.abstractmethod
     async def start_turn(self, run_id: str, now: float) -> tuple[RunRecord, list[StoredEvent]]: ...
 
     @abc.abstractmethod

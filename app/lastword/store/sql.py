@@ -248,6 +248,9 @@ class SqlStore(Store):
     ) -> EndOutcome | None:
         return await self._write(self._end_turn, run_id, stop_reason, error, now, only_if_expired)
 
+    async def renew_lease(self, run_id: str, now: float) -> None:
+        await self._write(writes.renew_lease, run_id, now)
+
     def _end_turn(
         self, tx: Tx, run_id: str, stop_reason: StopReason, error: Any, now: float, only_if_expired: bool
     ) -> EndOutcome | None:

@@ -39,6 +39,15 @@ def insert_run(tx: Tx, run: RunRecord) -> int | None:
     return None if row is None else int(row[0])
 
 
+def renew_lease(tx: Tx, run_id: str, now: float) -> None:
+    """The open turn's lease from ``now``, as an accepted event would renew it (``lease_expiry``)."""
+    tx.run(
+        "UPDATE runs SET lease_expires_at = ? + lease_seconds "
+        "WHERE run_id = ? AND status = 'running' AND lease_seconds > 0",
+        (now, run_id),
+    )
+
+
 def event_rows(run_id: str, turn: int, appended: list[Appended], now: float) -> list[tuple[Any, ...]]:
     return [
         (run_id, seq, turn, event["type"], event.get("eventId"), encoded if encoded is not None else dumps(event), now)
