@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     @field_validator("workers", mode="before")
     @classmethod
     def _cores(cls, value: object) -> object:
-        # 'auto' is what the machine has, counted where the service starts.
+        # 'auto' is the cores this process may run on (a container's CPU set, not the host's).
         if isinstance(value, str) and value.strip().lower() == "auto":
-            return os.cpu_count() or 1
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         return value

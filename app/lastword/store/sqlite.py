@@ -82,8 +82,11 @@ class SqliteStore(SqlStore):
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
         self._checkpointer = None if self.path == ":memory:" else Checkpointer(self.path, self._connection)
+        # Processes sharing the file take turns at writing through a file lock beside it.
+        shared = notices and self.path != ":memory:"
         self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir,
-                                   committed=self._checkpointer.committed if self._checkpointer else None)
+                                   committed=self._checkpointer.committed if self._checkpointer else None,
+                                   write_lock=Path(f"{self.path}-writer") if shared else None)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
