@@ -191,7 +191,6 @@ async def ds_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
 # -- the same run through every worker -----------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
 def test_a_runs_seqs_stay_gap_free_and_in_order_when_workers_write_it_at_once(database_url: str) -> None:
     """Two workers append to one run at the same moment, 200 times: the log's seqs are 1..n with
     no gap, each request's events keep their order, and the result holds every chunk in log order
@@ -236,7 +235,6 @@ def test_a_runs_seqs_stay_gap_free_and_in_order_when_workers_write_it_at_once(da
 # -- kill -9 of a worker -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
 async def test_kill_9_of_a_worker_under_load_loses_nothing_acknowledged(database_url: str) -> None:
     """Writers post through both workers while worker 0 is killed with SIGKILL; every event
     acknowledged is in the log afterwards, the killed worker is started again, and a stream
@@ -343,3 +341,13 @@ def test_workers_that_keep_dying_at_start_end_the_parent_with_status_1(tmp_path:
         served.stop()
     assert served.process.returncode == 1, errors.decode()[-2000:]
     assert b"could not start" in errors
+
+
+def test_auto_workers_are_the_cores_this_process_may_use_and_zero_is_a_bad_command_line() -> None:
+    from lastword.settings import Settings
+
+    assert Settings(workers="auto").workers == len(os.sched_getaffinity(0))
+    refused = subprocess.run([sys.executable, "-m", "lastword.cli", "serve", "--workers", "0"], cwd=ROOT,
+                             capture_output=True, timeout=60, env={**os.environ, "LASTWORD_PORT": str(free_port())})
+    assert refused.returncode == 2, refused.stderr
+    assert b"workers" in refused.stderr
