@@ -8,13 +8,14 @@ separate replicas always were, on SQLite through the shared file and its commit 
 
 The parent binds the port once and hands the listening socket down (``pass_fds``): every worker
 accepts from the one socket. The alternative, each worker binding the port with
-``SO_REUSEPORT``, spreads connections by a hash of their addresses over per-worker queues; it
-was measured against this (``python -m bench --only a``, 2 workers, in the report of the change
-that added this module) and gave nothing more, while the one socket keeps three properties the
-other loses: connections waiting to be accepted by a worker that is killed (``kill -9``) or
-restarted stay in the queue for the others instead of being reset; a worker that is busy does
-not get its share of new connections regardless (the idle ones accept first); and the port
-stays bound, so it can never be taken by another program, while no worker is up.
+``SO_REUSEPORT``, spreads connections by a hash of their addresses over per-worker queues. The
+one socket keeps three properties that loses: connections waiting to be accepted by a worker
+that is killed (``kill -9``) or restarted stay in the queue for the others instead of being
+reset; a busy worker is not handed its share of new connections regardless (an idle one
+accepts first); and the port stays bound, so no other program can take it, while no worker is
+up. What it costs is that every worker's loop is woken for each new connection and one wins
+the accept: a cost per connection, not per request, and the clients of this service keep
+their connections. Measured, with the exact commands, in docs/BENCHMARKS.md ("Workers").
 
 The parent does nothing but supervise. It forwards SIGTERM and SIGINT to the workers (as
 SIGTERM: each drains, SPEC §18) and exits 0 once all of them drained and exited 0 (a second
