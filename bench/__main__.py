@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-gil", action="store_true",
                         help="as --profile, sampling only the thread that holds the GIL (py-spy --gil): "
                              "where one process's CPU goes when the GIL is what limits it")
+    parser.add_argument("--workers", help="lastword serve --workers for every server started (sets LASTWORD_WORKERS)")
     parser.add_argument("--name", help="results file name (default: latest, quick or partial)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for the results files (default: bench/results)")
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
     name = args.name or ("quick" if args.quick else "partial" if args.only else "latest")
+    if args.workers:
+        os.environ["LASTWORD_WORKERS"] = args.workers  # every Server started inherits it
     raise_fd_limit()
     ctx = Context(
         quick=args.quick,

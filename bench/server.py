@@ -97,7 +97,9 @@ class Server:
         env: dict[str, str] | None = None,
         workdir: Path | None = None,
         launcher: list[str] | None = None,
+        workers: str | None = None,
     ) -> None:
+        """``workers``: ``lastword serve --workers`` (default: ``LASTWORD_WORKERS`` as set, else 1)."""
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="lastword-bench-"))
         self.database_url = database_url or f"sqlite:///{self.workdir / 'bench.db'}"
@@ -114,6 +116,8 @@ class Server:
             "LASTWORD_LOG_LEVEL": "warning",
             **(env or {}),
         }
+        if workers is not None:
+            self.env["LASTWORD_WORKERS"] = workers
         self.launcher = launcher or []  # e.g. py-spy record … -- (the server runs under it)
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0

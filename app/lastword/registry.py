@@ -2,8 +2,9 @@
 
 A backend is a store factory and the name of the fan-out it needs: an embedded database owned
 by one process publishes each commit where it is made (``local``); a database shared by
-replicas feeds the hub from its commit notices (``notify``), so every replica publishes in
-commit order. A new backend is a module under :mod:`lastword.store` and one line in
+replicas feeds the hub from its commit notices (``notify``; ``data_version`` for the
+processes of ``lastword serve --workers N`` sharing one SQLite file), so every replica
+publishes in commit order. A new backend is a module under :mod:`lastword.store` and one line in
 :data:`BACKENDS`; a new fan-out, a module under :mod:`lastword.fanout` and one line in
 :data:`FANOUTS`. Each factory imports its module when called: a SQLite service never loads
 the PostgreSQL driver.
@@ -31,15 +32,20 @@ class Backend:
     store: Callable[..., Store]
     #: The name in :data:`FANOUTS` of the fan-out this backend needs.
     fanout: str
+    #: The one it needs when ``LASTWORD_WORKERS`` processes serve it (each a replica).
+    workers_fanout: str
 
 
 def _sqlite(settings: Settings, hub: Hub | None, **options: Any) -> Store:
     from lastword.store.sqlite import SqliteStore
 
     # One process hears every commit: chunks nobody here follows need not be made for the hub.
+    # Workers sharing the file are replicas: another one's subscriber may want any chunk.
+    alone = settings.workers == 1
     return SqliteStore(settings.database_url, durability=settings.durability,
                        default_lease_seconds=settings.lease_seconds, fold_cache_bytes=settings.fold_cache_bytes,
-                       chunk_listeners=None if hub is None else hub.has_run_subscribers, **options)
+                       chunk_listeners=hub.has_run_subscribers if hub is not None and alone else None,
+                       notices=not alone, **options)
 
 
 def _postgres(settings: Settings, hub: Hub | None, **options: Any) -> Store:
@@ -58,24 +64,36 @@ def _local(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
 
 def _notify(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     from lastword.fanout.local import NoticeFanout
+    from lastword.fanout.notify import NoticeListener
     from lastword.store.postgres import PostgresStore
 
     if not isinstance(store, PostgresStore):
         raise ValueError("the notify fan-out hears PostgreSQL's LISTEN/NOTIFY: it needs a postgresql:// database")
-    return NoticeFanout(hub, store, store.url, store.channel, wakeups)
+    url, channel = store.url, store.channel
+    return NoticeFanout(hub, store, lambda deliver, resync: NoticeListener(url, channel, deliver, resync), wakeups)
+
+
+def _data_version(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
+    from lastword.fanout.data_version import DataVersionFanout
+    from lastword.store.sqlite import SqliteStore
+
+    if not isinstance(store, SqliteStore) or not store.notices:
+        raise ValueError("the data_version fan-out reads the notices of a SQLite store opened for several workers")
+    return DataVersionFanout(hub, store, wakeups)
 
 
 #: URL scheme → backend.
 BACKENDS: dict[str, Backend] = {
-    "sqlite": Backend(_sqlite, "local"),
-    "postgresql": Backend(_postgres, "notify"),
-    "postgres": Backend(_postgres, "notify"),
+    "sqlite": Backend(_sqlite, "local", "data_version"),
+    "postgresql": Backend(_postgres, "notify", "notify"),
+    "postgres": Backend(_postgres, "notify", "notify"),
 }
 
 #: Fan-out name → factory, given the opened store, the hub and who is told of other replicas' changes.
 FANOUTS: dict[str, Callable[[Store, Hub, Wakeups], Fanout]] = {
     "local": _local,
     "notify": _notify,
+    "data_version": _data_version,
 }
 
 
@@ -94,4 +112,5 @@ def open_store(settings: Settings, hub: Hub | None = None, **options: Any) -> St
 
 def open_fanout(settings: Settings, store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     """The fan-out the backend of ``settings`` needs (not yet started)."""
-    return FANOUTS[backend_for(settings.database_url).fanout](store, hub, wakeups)
+    backend = backend_for(settings.database_url)
+    return FANOUTS[backend.fanout if settings.workers == 1 else backend.workers_fanout](store, hub, wakeups)

@@ -5,9 +5,10 @@ Every field here is listed with its default in the README's configuration table.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lastword.rules.limits import MAX_LEASE_SECONDS
@@ -18,6 +19,9 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, description="Port to listen on.")
+    workers: int = Field(
+        1, ge=1, description="Processes serving the one port, each a full replica; 'auto': one per core.",
+    )
     database_url: str = Field(
         "sqlite:///./data/lastword.db",
         description="sqlite:///PATH (embedded) or postgresql://… (several replicas).",
@@ -118,3 +122,11 @@ class Settings(BaseSettings):
     def token(self, name: str) -> str | None:
         secret: SecretStr | None = getattr(self, f"{name}_token")
         return secret.get_secret_value() if secret is not None else None
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _cores(cls, value: object) -> object:
+        # 'auto' is the cores this process may run on (a container's CPU set, not the host's).
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return value

@@ -73,17 +73,25 @@ def _serve(args: argparse.Namespace) -> int:
     from lastword.server import LastwordServer, give_big_blocks_back, uvicorn_config
 
     give_big_blocks_back()
-    settings = Settings()
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = settings.model_copy(update=overrides)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
+                 if v is not None}
+    try:
+        settings = Settings(**overrides)  # validated, as the variables are ('auto' workers)
+    except ValueError as error:
+        print(f"lastword serve: {error}", file=sys.stderr)
+        return USAGE
     refusal = _unbindable(settings.host, settings.port)
     if refusal:
         print(f"lastword serve: {refusal}", file=sys.stderr)
         return USAGE
     configure_logging(settings.log_level)
+    if settings.workers > 1:
+        from lastword.cli.workers import serve_workers
+
+        _say_where(settings, f" ({settings.workers} workers)")
+        return serve_workers(settings)
     server = LastwordServer(uvicorn_config(settings))
-    base = f"http://{_url_host(settings.host)}:{settings.port}"
-    print(f"lastword serve: {base} (dashboard {base}/dashboard, API docs {base}/docs)", file=sys.stderr, flush=True)
+    _say_where(settings)
     # Everything imported and built so far lives as long as the process: moving it out of the
     # collector's sight makes each collection (frequent under ingest) scan only new objects.
     gc.collect()
@@ -96,6 +104,12 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     server.run()
     return 0
+
+
+def _say_where(settings: Settings, how: str = "") -> None:
+    base = f"http://{_url_host(settings.host)}:{settings.port}"
+    print(f"lastword serve: {base}{how} (dashboard {base}/dashboard, API docs {base}/docs)", file=sys.stderr,
+          flush=True)
 
 
 def _unbindable(host: str, port: int) -> str | None:
@@ -411,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="overrides LASTWORD_HOST")
     serve.add_argument("--port", type=int, help="overrides LASTWORD_PORT")
+    serve.add_argument("--workers", help="processes serving the port, each a full replica; 'auto': one per core "
+                                         "(overrides LASTWORD_WORKERS; default 1)")
     serve.set_defaults(handler=_serve)
 
     from lastword.cli.demo import SCENARIOS

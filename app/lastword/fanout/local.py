@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import bisect
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from lastword.fanout.hub import Hub
@@ -29,6 +29,9 @@ from lastword.store.writes import LIVE_TYPES
 
 if TYPE_CHECKING:
     from lastword.fanout.notify import NoticeListener
+
+#: Where a listener hands each batch of notices, in commit order.
+Deliver = Callable[[list[Notice | StreamNotice]], Awaitable[None]]
 
 
 class Wakeups(Protocol):
@@ -91,14 +94,16 @@ class LogReader(Feed, RunLog, Protocol):
 
 
 class NoticeFanout(Fanout):
-    """Publish from PostgreSQL commit notices, in commit order, reading the log for the events."""
+    """Publish from commit notices, in commit order, reading the log for the events (PostgreSQL's
+    ``NOTIFY``; SQLite's notices table when several processes share the file)."""
 
-    def __init__(self, hub: Hub, store: LogReader, conninfo: str, channel: str, wakeups: Wakeups | None = None) -> None:
+    def __init__(self, hub: Hub, store: LogReader, listener: Callable[[Deliver, Callable[[], None]], NoticeListener],
+                 wakeups: Wakeups | None = None) -> None:
+        """``listener`` makes what hears the notices, given where to deliver them and what to
+        call when some were lost (:class:`lastword.fanout.notify.NoticeListener` or one of its kind)."""
         super().__init__(hub, wakeups)
-        from lastword.fanout.notify import NoticeListener
-
         self.store = store
-        self.listener: NoticeListener = NoticeListener(conninfo, channel, self.publish, self._resync)
+        self.listener = listener(self.publish, self._resync)
 
     def _resync(self) -> None:
         self.hub.resync()

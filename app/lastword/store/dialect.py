@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from lastword.store.notices import Notice, StreamNotice
 from lastword.store.rows import EVENT_COLUMNS
 from lastword.store.tx import Tx
+
+#: SQLite's commit notices, for processes sharing the file (PostgreSQL sends them as NOTIFY):
+#: the payloads of :mod:`lastword.store.notices`, in commit order. The newest row is never
+#: deleted, so an id is never used twice.
+NOTICES_TABLE = "CREATE TABLE IF NOT EXISTS commit_notices (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)"
+INSERT_NOTICE = "INSERT INTO commit_notices (payload) VALUES (?)"
 
 
 class Dialect(Protocol):
@@ -96,10 +103,16 @@ class SqliteDialect:
         row = tx.one("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")
         return int(row[0]) if row is not None and row[0] is not None else 0
 
+    #: Whether each writing transaction also writes its commit notice into the file, for the
+    #: other processes serving it (``lastword serve --workers N``, :mod:`lastword.fanout.data_version`).
+    notices = False
+
     def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
     ) -> None:
-        pass
+        if self.notices:
+            tx.run(INSERT_NOTICE, (Notice(run_id, first_seq, last_seq, feed_id).payload(),))
 
     def after_stream_notice(self, tx: Tx, path: str) -> None:
-        pass
+        if self.notices:
+            tx.run(INSERT_NOTICE, (StreamNotice(path).payload(),))

@@ -29,7 +29,9 @@ on the same turn finds the lock already held by its batch (:class:`~lastword.sto
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -189,9 +191,17 @@ class GroupWriter(BatchWriter):
 
     def __init__(self, connection: Callable[[], sqlite3.Connection], name: str = "sqlite-writer",
                  *, hold_commit_dir: Path | None = None,
-                 committed: Callable[[sqlite3.Connection], None] | None = None) -> None:
+                 committed: Callable[[sqlite3.Connection], None] | None = None,
+                 write_lock: Path | None = None) -> None:
         """``committed`` is called on the writer's thread, with its connection, after each batch
         is committed and answered (:mod:`lastword.store.checkpoints`).
+
+        ``write_lock`` is a file that other processes writing the same database lock too
+        (``lastword serve --workers``): each batch holds it (``flock``) around its transaction.
+        SQLite's own wait for another process's write lock is a sleep that backs off (1, 2, 5,
+        10 … 100 ms) and polls again; a writer waiting on the file lock is woken by the kernel
+        the moment the other one's commit is done. The busy timeout still bounds the wait for
+        a writer that does not take the file lock.
 
         ``hold_commit_dir`` is for tests: while ``hold`` exists in it, the writer stops after
         writing a batch and before its ``COMMIT``, and says so by creating ``paused`` there."""
@@ -199,7 +209,15 @@ class GroupWriter(BatchWriter):
         self._connection = connection
         self._committed = committed
         self._hold_dir = hold_commit_dir
+        self._write_lock_path = write_lock
+        self._write_lock: int | None = None  # its descriptor, opened by the first batch
         self.start()
+
+    def join(self) -> None:
+        super().join()
+        if self._write_lock is not None:
+            os.close(self._write_lock)
+            self._write_lock = None
 
     def _answered(self) -> None:
         if self._committed is not None:
@@ -217,6 +235,7 @@ class GroupWriter(BatchWriter):
         """One transaction running each write of ``batch`` with ``run``, committed if any succeeded."""
         holds = Holds()
         committed = False
+        locked = self._lock_writes()
         try:
             connection = self._connection()
             cursor = connection.cursor()
@@ -237,7 +256,18 @@ class GroupWriter(BatchWriter):
         except Exception as error:  # a bug is answered as itself rather than leave requests hanging
             self._fail(batch, driver_error(error) if is_driver_error(error) else error)
         finally:
+            if locked is not None:
+                fcntl.flock(locked, fcntl.LOCK_UN)
             holds.release(committed)
+
+    def _lock_writes(self) -> int | None:
+        """Take the file lock shared with other processes, if there is one; its descriptor."""
+        if self._write_lock_path is None:
+            return None
+        if self._write_lock is None:
+            self._write_lock = os.open(self._write_lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._write_lock, fcntl.LOCK_EX)
+        return self._write_lock
 
     @staticmethod
     def _fail(batch: list[Job], error: BaseException) -> None:

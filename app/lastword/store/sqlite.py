@@ -26,7 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from lastword.errors import LastwordError
 from lastword.store import schema as ddl
 from lastword.store.checkpoints import Checkpointer, never_checkpoint
-from lastword.store.dialect import SqliteDialect
+from lastword.store.dialect import NOTICES_TABLE, SqliteDialect
 from lastword.store.group import GroupWriter
 from lastword.store.migrations import upgrade_schema
 from lastword.store.sql import SqlStore
@@ -72,13 +72,21 @@ def sqlite_path(url: str) -> str:
 
 class SqliteStore(SqlStore):
     def __init__(self, url: str, *, durability: str = "normal", hold_commit_dir: Path | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(SqliteDialect(), **kwargs)
+                 notices: bool = False, **kwargs: Any) -> None:
+        """``notices``: other processes serve the same file and hear its commits from the notices
+        each transaction writes (:mod:`lastword.fanout.data_version`)."""
+        dialect = SqliteDialect()
+        dialect.notices = notices
+        super().__init__(dialect, **kwargs)
+        self.notices = notices
         self.path = sqlite_path(url)
         self.synchronous = SYNCHRONOUS[durability]
         self._checkpointer = None if self.path == ":memory:" else Checkpointer(self.path, self._connection)
+        # Processes sharing the file take turns at writing through a file lock beside it.
+        shared = notices and self.path != ":memory:"
         self._writer = GroupWriter(self._connection, hold_commit_dir=hold_commit_dir,
-                                   committed=self._checkpointer.committed if self._checkpointer else None)
+                                   committed=self._checkpointer.committed if self._checkpointer else None,
+                                   write_lock=Path(f"{self.path}-writer") if shared else None)
         self._reader_pool = ThreadPoolExecutor(4, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -138,6 +146,8 @@ class SqliteStore(SqlStore):
         # The writer's BEGIN IMMEDIATE takes the write lock first, so processes starting together
         # on one file create or upgrade the schema one after the other (the busy timeout waits).
         await self._writer.submit(lambda tx: upgrade_schema(tx, MIGRATIONS))
+        if self.notices:
+            await self._writer.submit(lambda tx: tx.run(NOTICES_TABLE))
 
     async def close(self) -> None:
         # Waiting for the writer's last batch and the readers' last reads blocks: in a thread, so

@@ -1,0 +1,171 @@
+"""Commit notices between the processes sharing one SQLite file (``lastword serve --workers N``).
+
+SQLite has no ``NOTIFY``, and the workers have no server of their own to tell each other
+through. What they share is the file: with notices on (:class:`lastword.store.sqlite.SqliteStore`
+``notices=True``), every writing transaction also inserts its commit notice — the same payload
+PostgreSQL sends (:mod:`lastword.store.notices`) — into the ``commit_notices`` table, in the
+same transaction, so a notice exists exactly when its commit does, and the table's ids are in
+commit order (SQLite has one writer at a time).
+
+Each worker watches ``PRAGMA data_version`` on a connection of its own, in a thread: the number
+changes when another connection commits to the file (this worker's writer or another worker's),
+and reading it costs no I/O. When it changed, the watcher reads the notices after the last one
+it has seen and hands them, in order, to :class:`lastword.fanout.local.NoticeFanout`, which
+publishes them exactly as it does PostgreSQL's: it reads from the log only what this worker's
+subscribers follow (the firehose after the feed ids named, each watched run's log in the seq
+ranges named), wakes the Durable Streams readers of each run and stream named, and every
+worker — this one too — publishes in commit order. The notices say which runs and streams
+changed: without them a chunk committed to an unwatched run, or a ``/ds`` append, would leave
+the watcher no way to tell whom to wake but all of them.
+
+The watcher looks every :data:`WATCH_SECONDS`, and at once when this worker's own writes commit
+(:meth:`DataVersionFanout.committed`): another worker's commit reaches a subscriber here within
+that interval plus a read of the log. A notice is a few dozen bytes; the watchers keep the
+newest :data:`KEEP_NOTICES` and delete older ones. A watcher that finds the notices after its
+last one gone (it fell that far behind) or cannot read them resyncs the hub and wakes every
+reader: they read the log after their last ids, which loses nothing and sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+
+from lastword.fanout.hub import Hub
+from lastword.fanout.local import Deliver, NoticeFanout, Wakeups
+from lastword.fanout.notify import NoticeListener
+from lastword.rules.records import StoredEvent
+from lastword.store.sqlite import BUSY_SECONDS, SqliteStore
+
+log = logging.getLogger("lastword")
+
+#: How often the watcher looks whether another process committed.
+WATCH_SECONDS = 0.001
+#: Notices kept in the file; older ones are deleted (a watcher this far behind resyncs).
+KEEP_NOTICES = 100_000
+#: Notices read at a time.
+READ_BATCH = 5_000
+
+
+class DataVersionListener(NoticeListener):
+    """Hears the commits to the SQLite file at ``path`` from its notices table (see the module)."""
+
+    def __init__(self, path: str, deliver: Deliver, resync: Callable[[], None], *,
+                 watch_seconds: float = WATCH_SECONDS, keep: int = KEEP_NOTICES) -> None:
+        super().__init__(path, "commit_notices", deliver, resync)
+        self.path = path
+        self.watch_seconds = watch_seconds
+        self.keep = keep
+        self._look = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def look(self) -> None:
+        """Look now rather than at the next interval (this process just committed)."""
+        if not self._look.is_set():
+            self._look.set()
+
+    async def _listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._watch, args=(loop,), name="lastword-data-version", daemon=True)
+        self._thread.start()
+        await asyncio.Event().wait()  # the thread does the work; close() stops it
+
+    async def close(self) -> None:
+        self._stop.set()
+        self._look.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        await super().close()
+
+    # -- the watcher's thread ----------------------------------------------------------
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        delay = 0.05
+        last_id: int | None = None  # the last notice handed over; None: not yet known
+        while not self._stop.is_set():
+            try:
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                try:
+                    connection.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000:.0f}")
+                    last_id = self._follow(connection, loop, last_id)
+                finally:
+                    connection.close()
+            except sqlite3.Error as error:
+                self.connected = False
+                log.warning("could not read the commit notices (%s); subscribers resync from the log", error)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 2.0)
+                # What was committed meanwhile may have gone unheard.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._lost)
+
+    def _follow(self, connection: sqlite3.Connection, loop: asyncio.AbstractEventLoop, last_id: int | None) -> int:
+        """Hand over every notice after ``last_id`` as it commits, until stopped; the last id handed."""
+        version = connection.execute("PRAGMA data_version").fetchone()[0]
+        if last_id is None:
+            # Starting: what committed before is in the log, for whoever reads it.
+            last_id = connection.execute("SELECT COALESCE(MAX(id), 0) FROM commit_notices").fetchone()[0]
+        else:
+            last_id = self._read(connection, loop, last_id)  # after a failure: catch up
+        self.connected = True
+        loop.call_soon_threadsafe(self._listening.set)
+        deleted_below = 0
+        while not self._stop.is_set():
+            self._look.wait(self.watch_seconds)
+            self._look.clear()
+            now = connection.execute("PRAGMA data_version").fetchone()[0]
+            if now == version:
+                continue
+            version = now  # read before the notices: a commit after this read changes it again
+            last_id = self._read(connection, loop, last_id)
+            if last_id - deleted_below >= self.keep + self.keep // 10:
+                deleted_below = last_id - self.keep
+                connection.execute("DELETE FROM commit_notices WHERE id <= ?", (deleted_below,))
+        return last_id
+
+    def _read(self, connection: sqlite3.Connection, loop: asyncio.AbstractEventLoop, last_id: int) -> int:
+        while True:
+            rows = connection.execute(
+                "SELECT id, payload FROM commit_notices WHERE id > ? ORDER BY id LIMIT ?", (last_id, READ_BATCH)
+            ).fetchall()
+            if not rows:
+                return last_id
+            gap = rows[0][0] != last_id + 1  # deleted before this watcher read them
+            loop.call_soon_threadsafe(self._arrived, [payload for _, payload in rows], gap)
+            last_id = rows[-1][0]
+            if len(rows) < READ_BATCH:
+                return last_id
+
+    # -- on the event loop ---------------------------------------------------------------
+
+    def _arrived(self, payloads: list[str], gap: bool) -> None:
+        if gap:
+            self._lost()
+        for payload in payloads:
+            self._receive(payload)
+
+    def _lost(self) -> None:
+        # Delivery resyncs before it hands over what arrives after this.
+        self._pending.clear()
+        self._overflowed = True
+        self._wake.set()
+
+
+class DataVersionFanout(NoticeFanout):
+    """Publish from the notices in the SQLite file, in commit order (see the module)."""
+
+    def __init__(self, hub: Hub, store: SqliteStore, wakeups: Wakeups | None = None) -> None:
+        path = store.path
+        super().__init__(hub, store, lambda deliver, resync: DataVersionListener(path, deliver, resync), wakeups)
+
+    def committed(self, stored: Sequence[StoredEvent]) -> None:
+        # Its notice brings it, in order with the other workers' commits: look for it now.
+        listener = self.listener
+        if isinstance(listener, DataVersionListener):
+            listener.look()
