@@ -65,8 +65,11 @@ class Workers:
             self.process = subprocess.Popen(self.command, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                             stderr=log)
         for url in self.own:
-            wait_until(lambda url=url: self._ready(url), lambda: f"worker ready: {self.log()}", within=60)
+            self._wait_ready(url)
         return self
+
+    def _wait_ready(self, url: str) -> None:
+        wait_until(lambda: self._ready(url), lambda: f"worker ready: {self.log()}", within=60)
 
     def _ready(self, url: str) -> bool:
         assert self.process is not None
@@ -102,7 +105,7 @@ class Workers:
 
 
 def _children(pid: int) -> list[int]:
-    found = []
+    found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()
         found.extend(int(child) for child in text)
@@ -287,7 +290,7 @@ async def test_kill_9_of_a_worker_under_load_loses_nothing_acknowledged(database
         async with httpx.AsyncClient(base_url=served.own[1], timeout=TIMEOUT) as b2:
             async with open_stream(b2, f"/v1/runs/{run_id}/stream?include=chunks",
                                    last_event_id=str(last_id)) as resumed:
-                rest = []
+                rest: list[Any] = []
                 while len(rest) < len(log) - last_id:
                     event = await resumed.next()
                     if event.event == "assistant/chunk":
