@@ -53,6 +53,12 @@ class CliAdapter(abc.ABC):
         self._stop = StreamStop(None, None)
         self._positions: Counter[str] = Counter()
 
+    @classmethod
+    def for_request(cls, tool_use_id: str | None = None) -> CliAdapter:
+        """The adapter for one body; ``tool_use_id`` is the request's ``toolUseId`` (only a
+        subagent's transcript uses it: the tool call that ran the subagent)."""
+        return cls()
+
     @abc.abstractmethod
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""

@@ -328,11 +328,16 @@ async def ingest_provider(
                                        "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
     end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn "
                                            "(provider streams; a CLI's terminal line always does).")] = False,
+    toolUseId: Annotated[str | None, Query(
+        max_length=200, description="claude-code-transcript: the id of the tool call that ran the subagent whose "
+                                    "transcript the body is (its agent-<agentId>.meta.json names it); not needed "
+                                    "when the session's transcript comes first in the body (SPEC §19).")] = None,
 ) -> dict[str, Any]:
     """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
     body = body_of(request)
     if format in CLI_ADAPTERS:
-        return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format)).answer()
+        return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format,
+                                        toolUseId)).answer()
     return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end)).answer()
 
 
