@@ -67,6 +67,8 @@ def test_split_subagent_reply_from_its_own_transcript(shared_api: httpx.Client, 
     stored(post(shared_api, run_id, fixture("subagent_split", "subagent"), toolUseId=meta("subagent_split")["toolUseId"]))
     answer = result(shared_api, child)
     assert answer["stopReason"] == "completed"
+    run = shared_api.get(f"/v1/runs/{child}").json()
+    assert (run["parentRunId"], run["agent"]) == (run_id, "general-purpose")  # named by its replies
     assert texts(answer["output"]) == (SPLIT_WHOLE if join else SPLIT_TAIL)
     stored(post(shared_api, run_id, fixture("subagent_split", "stdout.ndjson"), format="claude-code"))
     assert result(shared_api, child)["output"] == answer["output"]  # the stdout's tail changes nothing

@@ -29,7 +29,8 @@ pipeline can tell a line it already stored from either source):
   (``model: "<synthetic>"`` or an ``error`` field) is stored empty with its text as ``error``;
 - a tool result → ``tool/result``, eventId the line's ``uuid`` (``uuid:position`` when the line
   holds several); the user's words → ``user/message``, eventId ``uuid``; a nudge →
-  ``x-claude-code-transcript-user``.
+  ``x-claude-code-transcript-user``. (Unlike on stdout, a nudge may store the reply before it:
+  the reply's lines carry its stop reason, nothing is inferred from what follows.)
 
 A subagent's lines go to the child run ``{runId}.{tool_use_id}``: its ``tool_use_id`` is the one
 the session's tool result names the ``agentId`` with (when the session's lines come first in the
@@ -204,11 +205,12 @@ class ClaudeCodeTranscriptAdapter(CliAdapter):
         content = message.get("content")
         if not isinstance(content, (str, list)):
             raise self.refuse(index, "message.content", "expected a string or an array")
-        if line.get("isMeta") is True:
-            # The CLI's own words (the nudge after a cut): kept, and they answer no reply.
-            return [self._made({"type": "x-claude-code-transcript-user", "eventId": event_id,
-                                "source": self.source([line])}, context)]
+        # Any user line follows a complete reply (its stop reason is on its own lines).
         made = self._flush(context)
+        if line.get("isMeta") is True:
+            # The CLI's own words (the nudge after a cut): kept, not the user's.
+            return [*made, self._made({"type": "x-claude-code-transcript-user", "eventId": event_id,
+                                       "source": self.source([line])}, context)]
         results = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"] \
             if isinstance(content, list) else []
         if not results or len(results) != len(content):

@@ -115,7 +115,9 @@ class _Writer:
             end = start
             while end < len(pending) and pending[end][1].child == child:
                 end += 1
-            await self._store(child, pending[start][1].agent, pending[start:end])
+            # A transcript names its subagent on its replies, not on the prompt line before them.
+            agent = next((item.agent for _, item in pending[start:end] if item.agent is not None), None)
+            await self._store(child, agent, pending[start:end])
             start = end
 
     async def _store(self, child: str | None, agent: str | None, stretch: list[tuple[int, Made]]) -> None:
