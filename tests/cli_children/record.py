@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -177,10 +178,13 @@ def _setup_opencode(url: str, tmp: Path, work: Path, env: dict[str, Any]) -> lis
 
 
 def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = False,
-            details: dict[str, Any] | None = None) -> tuple[bytes, int]:
+            details: dict[str, Any] | None = None, env_extra: dict[str, str] | None = None,
+            setup: Callable[[Path], None] | None = None) -> tuple[bytes, int]:
     """Run one CLI x scenario against its fake; return (stdout bytes, exit code).
 
     ``details``, when given, is filled with argv, stderr, the fake's request log, etc.
+    ``env_extra`` is added to the CLI's environment; ``setup(tmp)`` runs before it starts (to
+    write settings under ``tmp/home``).
     """
     spec = CLIS[cli]
     tmp = Path(tempfile.mkdtemp(prefix=f"cli-{cli}-{scenario}-"))
@@ -195,6 +199,9 @@ def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = Fals
             argv = _setup_codex(server.url, tmp, work, env)
         else:
             argv = _setup_opencode(server.url, tmp, work, env)
+        env.update(env_extra or {})
+        if setup is not None:
+            setup(tmp)
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
