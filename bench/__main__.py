@@ -37,6 +37,7 @@ SCENARIOS = {
     "j": "bench.fleet",
     "k": "bench.cli_stream",
     "l": "bench.run_latency",
+    "m": "bench.long_line",
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",

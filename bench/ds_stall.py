@@ -15,13 +15,11 @@ request, against its slowest with nothing else running (the baseline, measured i
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 
 import orjson
 
-from bench import http
+from bench import http, probing
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -41,23 +39,16 @@ def _zeros() -> bytes:
     return b"[" + b"0," * (ZEROS - 1) + b"0]"
 
 
-async def _writer(server: Server, stop: asyncio.Event, seen: list[tuple[float, float]]) -> None:
-    """One-event appends to a run, back to back until ``stop``; each (sent at, latency) noted."""
+async def _writer(server: Server) -> probing.Probe:
+    """Another writer: one-event appends to a run of its own, back to back."""
     conn = await http.connect(server.url)
     run_id = f"bench-t-{secrets.token_hex(6)}"
     await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
+    conn.close()
     event = http.request_bytes("POST", f"/v1/runs/{run_id}/events",
                                orjson.dumps({"type": "assistant/chunk", "delta": {"type": "text", "text": "x"}}),
                                "application/json")
-    try:
-        while not stop.is_set():
-            sent = time.perf_counter()
-            status, _ = await conn.send(event)
-            if status != 200:
-                raise http.HttpError(f"the other writer's append answered {status}")
-            seen.append((sent, time.perf_counter() - sent))
-    finally:
-        conn.close()
+    return probing.repeating(server.url, event, "the other writer's append")
 
 
 async def _while(server: Server, body: bytes, expect: int) -> tuple[float, float, int]:
@@ -65,28 +56,10 @@ async def _while(server: Server, body: bytes, expect: int) -> tuple[float, float
     conn = await http.connect(server.url)
     path = f"/ds/bench-t/{secrets.token_hex(6)}"
     await conn.request("PUT", path, b"", "application/json", expect=201)
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    writer = asyncio.create_task(_writer(server, stop, seen))
-    await asyncio.sleep(0.2)  # the writer is appending before the big request starts
-    started = time.perf_counter()
-    await conn.request("POST", path, body, "application/json", expect=expect)
-    ended = time.perf_counter()
-    stop.set()
-    await writer
+    latencies, seconds = await probing.during(await _writer(server),
+                                              lambda: conn.request("POST", path, body, "application/json", expect))
     conn.close()
-    during = [latency for sent, latency in seen if sent <= ended and sent + latency >= started]
-    return max(during), ended - started, len(during)
-
-
-async def _baseline(server: Server, seconds: float) -> float:
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    writer = asyncio.create_task(_writer(server, stop, seen))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await writer
-    return max(latency for _, latency in seen)
+    return max(latencies), seconds, len(latencies)
 
 
 async def _measure(ctx: Context, result: Result) -> None:
@@ -94,7 +67,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     largest = _largest_allowed(7)
     zeros = _zeros()
     with Server() as server:
-        idle = await _baseline(server, ctx.pick(2.0, 0.5))
+        idle = await probing.idle(await _writer(server), ctx.pick(2.0, 0.5))
         allowed = [await _while(server, largest, 204) for _ in range(rounds)]
         refused = [await _while(server, zeros, 413) for _ in range(rounds)]
     worst_allowed = max(worst for worst, _, _ in allowed)

@@ -13,13 +13,11 @@ The baseline is the same ``/healthz`` loop with nothing else going on.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 
 import orjson
 
-from bench import http
+from bench import http, probing
 from bench.context import Context
 from bench.report import Result
 from bench.server import Server
@@ -51,48 +49,16 @@ def _batch(seed: int) -> bytes:
     return orjson.dumps(events)
 
 
-async def _probe(server: Server, stop: asyncio.Event, seen: list[tuple[float, float]]) -> None:
-    """``/healthz`` back to back until ``stop``; each (sent at, latency) noted."""
-    conn = await http.connect(server.url)
-    try:
-        while not stop.is_set():
-            sent = time.perf_counter()
-            status, _ = await conn.send(HEALTHZ)
-            if status != 200:
-                raise http.HttpError(f"/healthz answered {status}")
-            seen.append((sent, time.perf_counter() - sent))
-    finally:
-        conn.close()
-
-
 async def _round(server: Server, body: bytes) -> tuple[float, float, int]:
     """(worst /healthz latency, ingest seconds, probes answered) for one batch."""
     conn = await http.connect(server.url)
     run_id = f"bench-h-{secrets.token_hex(6)}"
     await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    probe = asyncio.create_task(_probe(server, stop, seen))
-    await asyncio.sleep(0.2)  # the probe is answering before the batch starts
-    started = time.perf_counter()
-    await conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200)
-    ended = time.perf_counter()
-    stop.set()
-    await probe
+    latencies, seconds = await probing.during(
+        probing.repeating(server.url, HEALTHZ, "/healthz"),
+        lambda: conn.request("POST", f"/v1/runs/{run_id}/events", body, "application/json", expect=200))
     conn.close()
-    # A probe overlaps the ingest if it was in flight at any moment between its start and end.
-    during = [latency for sent, latency in seen if sent <= ended and sent + latency >= started]
-    return max(during), ended - started, len(during)
-
-
-async def _baseline(server: Server, seconds: float) -> float:
-    stop = asyncio.Event()
-    seen: list[tuple[float, float]] = []
-    probe = asyncio.create_task(_probe(server, stop, seen))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await probe
-    return max(latency for _, latency in seen)
+    return max(latencies), seconds, len(latencies)
 
 
 async def _measure(ctx: Context, result: Result) -> None:
@@ -100,7 +66,7 @@ async def _measure(ctx: Context, result: Result) -> None:
     bodies = [_batch(seed) for seed in range(rounds)]
     size_mb = len(bodies[0]) / 1e6
     with Server() as server:
-        idle = await _baseline(server, ctx.pick(2.0, 0.5))
+        idle = await probing.idle(probing.repeating(server.url, HEALTHZ, "/healthz"), ctx.pick(2.0, 0.5))
         worst: list[float] = []
         ingest: list[float] = []
         probes = 0

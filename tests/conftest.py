@@ -60,6 +60,16 @@ def require_postgres() -> None:
     pytest.skip(message)
 
 
+def require(reason: str | None, variable: str) -> None:
+    """Skip a test whose machine lacks what it needs (``reason``), or fail it when the
+    environment variable ``variable`` is ``1`` (CI, where a skip would hide a broken harness)."""
+    if reason is None:
+        return
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{reason}; {variable}=1 makes this a failure", pytrace=False)
+    pytest.skip(reason)
+
+
 def with_search_path(url: str, schema: str) -> str:
     """``url`` whose sessions use ``schema`` (libpq's ``options``)."""
     separator = "&" if "?" in url else "?"

@@ -196,6 +196,23 @@ def test_format_auto_knows_each_cli_by_its_command_name(path: str, fmt: str) -> 
     assert format_of([path, "run"], "codex") == "codex"
 
 
+def test_a_child_killed_mid_line_keeps_the_reply_it_was_giving(server: ServerProcess, tmp_path: Path) -> None:
+    """Claude Code killed while printing a line (a recorded session cut inside its third line):
+    the reply its earlier lines assembled is the turn's output, the turn ends error (SPEC §16a)."""
+    recorded = (REPO / "tests" / "cli_children" / "fixtures" / "claude-code" / "tool_then_empty_end_turn.ndjson")
+    lines = recorded.read_bytes().splitlines(keepends=True)
+    printed = tmp_path / "printed"
+    printed.write_bytes(b"".join(lines[:2]) + lines[2][: len(lines[2]) // 2])
+    killed = [sys.executable, "-c", f"import os, sys; sys.stdout.buffer.write(open({str(printed)!r}, 'rb').read()); "
+                                     "sys.stdout.flush(); os.kill(os.getpid(), 9)"]
+    process = lastword_run(server.url, "--format", "claude-code", "--json", command=killed)
+    out, err = process.communicate(timeout=WAIT)
+    assert process.returncode == 1, err
+    answer = json.loads(out)
+    assert answer["stopReason"] == "error"
+    assert answer["output"] == [{"type": "text", "text": json.loads(lines[1])["message"]["content"][0]["text"]}]
+
+
 def test_sigterm_is_passed_to_the_child_and_ends_the_turn_cancelled(server: ServerProcess, child: list[str]) -> None:
     """SIGTERM reaches the child (which waits on its input and would never exit by itself); the
     turn ends cancelled with what it printed before; exit status 130."""

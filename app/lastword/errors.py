@@ -231,6 +231,10 @@ class EventTooLarge(PayloadTooLarge):
     code = "event_too_large"
 
 
+class LineTooLarge(PayloadTooLarge):
+    code = "line_too_large"
+
+
 class UnsupportedMedia(LastwordError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
 
@@ -321,7 +325,11 @@ class DsRefusal(LastwordError):
 
 
 class Unavailable(LastwordError):
+    """The store cannot serve now (it is down, or a failover is under way): a client sends the
+    same request again after ``Retry-After``, and eventIds make that store nothing twice."""
+
     status, code, title = 503, "store_unavailable", "Store unavailable"
+    retry_after = 1
 
 
 class Unreachable(Unavailable):

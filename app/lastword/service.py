@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from lastword.ds_service import StreamService
-from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailable, TurnNotFound
+from lastword.errors import Conflict, Draining, Gone, NotFound, NoticesUnavailable, TurnNotFound, Unavailable
 from lastword.fanout.hub import Hub, Subscription
 from lastword.fanout.local import Fanout
 from lastword.metrics import Metrics
@@ -47,6 +47,8 @@ log = logging.getLogger("lastword")
 #: Runs deleted per retention transaction (short transactions keep writers waiting little).
 RETENTION_BATCH = 200
 HISTORY_PAGE = 5000
+#: Seconds the store has to answer a readiness check (the manifests' probes wait 3 s).
+READY_WITHIN = 2.0
 HISTORY_TYPES = frozenset(transcript_rules.HISTORY_TYPES)
 #: What a turn's ``texts`` are read from (SPEC §19).
 TEXT_TYPES = frozenset({"assistant/message", "assistant/chunk"})
@@ -211,7 +213,12 @@ class RunService:
         """Raise :class:`Unavailable` unless the store answers, commits are being heard, and the
         replica is not draining."""
         self.refuse_if_draining()
-        await self._store.ping()
+        try:
+            # A store behind a link that drops packets does not answer at all: a probe must
+            # hear "not ready" within its own time-out, not wait for the connection to fail.
+            await asyncio.wait_for(self._store.ping(), READY_WITHIN)
+        except TimeoutError:
+            raise Unavailable(f"the store did not answer within {READY_WITHIN:g} s") from None
         if not self._fanout.connected:
             # Writes would work, but live streams here would not hear other replicas' commits.
             raise NoticesUnavailable("not listening for other replicas' commits; reconnecting")

@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     retention_interval_seconds: float = Field(60.0, gt=0, description="How often retention looks for old runs.")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest single event accepted (as JSON).")
+    max_line_bytes: int = Field(
+        16 * 1024 * 1024, gt=0,
+        description="Longest line of an agent CLI's output (SPEC §16); such a body has no total limit.",
+    )
     max_batch_events: int = Field(10_000, gt=0, description="Most events accepted in one JSON batch.")
     otel_genai_conventions: Literal["0.1.0", "legacy"] = Field(
         "0.1.0", description="The OpenTelemetry GenAI conventions' release the turn spans follow; "

@@ -143,11 +143,14 @@ class ClaudeCodeAdapter(CliAdapter):
         context = self._contexts.get(parent) or self._context(parent)
         return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
 
-    def finish(self) -> list[Made]:
+    def assembled(self) -> list[Made]:
         made: list[Made] = []
         for context in self._contexts.values():
             made.extend(self._flush(context, next_reply=False))
-        return [*made, *self._turn_end()]
+        return made
+
+    def finish(self) -> list[Made]:
+        return [*self.assembled(), *self._turn_end()]
 
     def _assistant(self, index: int, line: Event, context: _Context) -> list[Made]:
         message = self.need(index, line, "message", dict)

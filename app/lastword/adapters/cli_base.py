@@ -63,9 +63,27 @@ class CliAdapter(abc.ABC):
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""
 
-    def finish(self) -> list[Made]:
-        """What the end of the body completes (a message still being assembled)."""
+    def assembled(self) -> list[Made]:
+        """What the lines read so far have assembled and not made yet (a message being built),
+        made now."""
         return []
+
+    def finish(self) -> list[Made]:
+        """What the end of the body completes: what is assembled (and, for a CLI whose turn
+        ends with the body, the turn's end)."""
+        return self.assembled()
+
+    def cut(self, index: int) -> list[Made]:
+        """What the lines before line ``index`` assembled, made because the body cannot go on
+        past that line (it cannot be read, or the body ended inside it): nothing assembled is
+        lost. Not the turn's end. A message made so is not the one the whole line would have
+        completed: its id says where it was cut (``<id>:cut<index>``), so the body sent again,
+        mended, stores its whole message beside it instead of clashing with it."""
+        made = self.assembled()
+        for item in made:
+            if item.event["type"] == "assistant/message":
+                item.event["eventId"] = f"{item.event['eventId']}:cut{index}"
+        return made
 
     @property
     def stop(self) -> StreamStop:

@@ -87,7 +87,7 @@ class CodexAdapter(CliAdapter):
             self.need(index, line, "message", str)
         return [self.extension(kind, self.positional_id(self._thread, kind), line)]
 
-    def finish(self) -> list[Made]:
+    def assembled(self) -> list[Made]:
         return self._unanswered_reasoning()
 
     # Items.

@@ -29,7 +29,7 @@ import orjson
 # (a chain of async generators per line). The version is pinned below 0.5 in pyproject.toml.
 from httpx_sse._decoders import SSELineDecoder
 
-from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, MalformedJson
+from lastword.errors import InvalidProviderEvent, InvalidUtf8, LastwordError, LineTooLarge, MalformedJson
 from lastword.rules.exact_ints import check_exact, may_hold_inexact
 
 #: Content types → body framing.
@@ -74,31 +74,75 @@ def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = Fa
     return value
 
 
-async def body_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[tuple[list[bytes], bool]]:
+async def body_lines(
+    pieces: AsyncIterator[bytes], max_line: int | None = None
+) -> AsyncIterator[tuple[list[bytes], bool]]:
     """The lines (as bytes, blank ones included) that each body piece completes, so an NDJSON
     reader handles a line split across pieces once; a last line without its newline comes at
     the end. The one NDJSON splitter: ``/events`` and the CLI and provider ingests read it.
 
     Each list comes with ``exact``: no run of 19 digits in the text it was cut from, so none of
     its lines has an integer for the exact-integer rule to check (one search of the piece, not
-    one call per line)."""
-    pending = b""
+    one call per line).
+
+    A line is read in time linear in its length however it is cut: the parts of a line not yet
+    finished are kept as they came and joined once, when its newline comes (joining them at
+    every piece made a line sent a byte at a time cost its length squared). ``max_line``: a
+    line longer than this many bytes, finished or not, raises :class:`LineTooLarge` (its index
+    is the caller's to name) once the lines before it were handed on.
+    """
+    pending: list[bytes] = []  # the parts of the line not finished yet
+    pending_size = 0
     async for piece in pieces:
-        text = pending + piece
+        last = piece.rfind(b"\n")
+        if last < 0:
+            pending.append(piece)
+            pending_size += len(piece)
+            if max_line is not None and pending_size > max_line:
+                raise _too_long(max_line)
+            continue
+        pending.append(piece[:last])
+        text = pending[0] if len(pending) == 1 else b"".join(pending)
+        rest = piece[last + 1 :]
+        pending, pending_size = ([rest], len(rest)) if rest else ([], 0)
         lines = text.split(b"\n")
-        pending = lines.pop()
-        if lines:
+        if max_line is not None and len(text) > max_line:
+            over = next((at for at, line in enumerate(lines) if len(line) > max_line), None)
+            if over is not None:
+                if over:
+                    yield lines[:over], not may_hold_inexact(b"\n".join(lines[:over]))
+                raise _too_long(max_line)
+        if max_line is not None and pending_size > max_line:
             yield lines, not may_hold_inexact(text)
-    if pending:
-        yield [pending], not may_hold_inexact(pending)
+            raise _too_long(max_line)
+        yield lines, not may_hold_inexact(text)
+    if pending_size:
+        text = pending[0] if len(pending) == 1 else b"".join(pending)
+        yield [text], not may_hold_inexact(text)
 
 
-async def json_lines(pieces: AsyncIterator[bytes], noun: str = "event") -> AsyncIterator[list[tuple[int, Any]]]:
+def _too_long(max_line: int) -> LineTooLarge:
+    return LineTooLarge(f"a line is longer than {max_line} bytes", limit=max_line)
+
+
+async def json_lines(
+    pieces: AsyncIterator[bytes], noun: str = "event", max_line: int | None = None
+) -> AsyncIterator[list[tuple[int, Any]]]:
     """The JSON values of the lines each body piece completes, numbered across the body (blank
-    lines skipped). A line that is not JSON raises after the lines before it were handed on,
-    so a reader that stores as it reads keeps them."""
+    lines skipped). A line that is not JSON, or longer than ``max_line`` bytes, raises naming
+    its index after the lines before it were handed on, so a reader that stores as it reads
+    keeps them."""
     index = 0
-    async for lines, exact in body_lines(pieces):
+    lines_of = body_lines(pieces, max_line)
+    while True:
+        try:
+            lines, exact = await anext(lines_of)
+        except StopAsyncIteration:
+            return
+        except LineTooLarge as error:
+            error.extra["index"] = index
+            error.detail = f"{noun} {index} is longer than {max_line} bytes"
+            raise
         batch = []
         for line in lines:
             if line.strip():

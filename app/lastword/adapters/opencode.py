@@ -95,7 +95,7 @@ class OpencodeAdapter(CliAdapter):
         self._add_part(index, kind, line, part)
         return made
 
-    def finish(self) -> list[Made]:
+    def assembled(self) -> list[Made]:
         return self._close_open()
 
     # Steps.

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from lastword.store.notices import Notice, StreamNotice, parse_notice
+from lastword.store.postgres import LINK_CHECKS
 
 log = logging.getLogger("lastword")
 
@@ -89,13 +90,14 @@ class NoticeListener:
     async def _listen(self) -> None:
         import psycopg
         from psycopg import sql
+        from psycopg.conninfo import make_conninfo
 
         delay = 0.05
         heard_before = False
         while True:
             try:
                 connecting = psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+                    make_conninfo(self.conninfo, **LINK_CHECKS), autocommit=True, connect_timeout=CONNECT_TIMEOUT
                 )
                 async with await connecting as connection:
                     await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

@@ -197,7 +197,7 @@ class PlainRoute(APIRoute):
     serialises what it returns against ``response_model``. The ingest endpoints a streaming
     child calls once per delta read their body themselves and answer three integers, so that
     work bought nothing there, and it was a third of the route's time in the event loop
-    (docs/BENCHMARKS.md, issue 15). Their declared parameters and ``response_model`` still
+    (docs/BENCHMARKS.md). Their declared parameters and ``response_model`` still
     make their OpenAPI operation. Only ``request`` and path parameters (strings, with nothing
     to validate) are allowed: anything else would be silently ignored, so it is refused here.
     FastAPI's own telemetry (off unless an OpenTelemetry provider is set globally) still spans
@@ -328,6 +328,9 @@ async def ingest_provider(
                                        "Claude Code, Codex or opencode (a whole run, stored as it arrives, §16).")],
     end: Annotated[bool, Query(description="A terminal stop reason of the stream also ends the turn "
                                            "(provider streams; a CLI's terminal line always does).")] = False,
+    acpVersion: Annotated[int, Query(ge=1, le=2, description=(
+        "The ACP version of an `acp` body that holds no `initialize` response (which names it): "
+        "1 or 2."))] = 1,
     toolUseId: Annotated[str | None, Query(
         max_length=200, description="claude-code-transcript: the id of the tool call that ran the subagent whose "
                                     "transcript the body is (its agent-<agentId>.meta.json names it); not needed "
@@ -338,7 +341,8 @@ async def ingest_provider(
     if format in CLI_ADAPTERS:
         return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format,
                                         toolUseId)).answer()
-    return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end)).answer()
+    return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end,
+                                         acp_version=acpVersion)).answer()
 
 
 @router.post(

@@ -16,7 +16,7 @@ without reading the stream and leaves a sliding TTL alone, which a GET would not
 The route is a plain Starlette :class:`~starlette.routing.Route`, not a FastAPI one, and the app
 puts it ahead of every other route: it reads its headers and body itself and has no
 dependencies, so FastAPI's dependency solving is pure cost on a path a token stream hits once
-per message, as is matching the request against every ``/v1`` route first (issue 27's speed).
+per message, as is matching the request against every ``/v1`` route first.
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def _refused(error: LastwordError) -> Response:
         headers.update(refusal_headers(error))
     elif isinstance(error, RunEnded):
         headers["Stream-Closed"] = "true"  # a run written as a stream (SPEC §17): its end closed it
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     return Response(problem_json(error, status), status_code=status, media_type="application/problem+json",
                     headers=headers)
 

@@ -9,7 +9,7 @@ streamed ingest can keep what arrived and a whole-body read fails as it did befo
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from lastword.errors import (
@@ -69,15 +69,31 @@ def content_encoding(body: Body) -> str | None:
     )
 
 
-async def body_pieces(body: Body, limit: int) -> AsyncIterator[bytes]:
+#: Most decoded bytes of a gzip body handed on at once when the body has no total limit (a
+#: small piece may decode to far more: it is handed on in pieces of this size).
+GUNZIP_STEP = 1024 * 1024
+
+
+async def body_pieces(body: Body, limit: int | None) -> AsyncIterator[bytes]:
     """The body as it arrives (gzip decoded), refused with 413 as soon as it passes ``limit``
-    bytes; the limit counts decoded bytes, so a small gzip bomb is refused like a big body."""
+    bytes; the limit counts decoded bytes, so a small gzip bomb is refused like a big body.
+    ``limit`` None: no total limit (the reader bounds what it holds, an agent CLI's lines), and
+    a gzip body is decoded :data:`GUNZIP_STEP` bytes at a time."""
     check_charset(body)
     encoding = content_encoding(body)
-    check_declared_length(body, limit)
+    if limit is not None:
+        check_declared_length(body, limit)
     gunzip = _Gunzip() if encoding == "gzip" else None
     seen = 0
     async for received in body.pieces:
+        if limit is None:
+            if gunzip is None:
+                if received:
+                    yield received
+                continue
+            for piece in gunzip.steps(received, GUNZIP_STEP):
+                yield piece
+            continue
         piece = received if gunzip is None else gunzip.decode(received, limit - seen + 1)
         seen += len(piece)
         if seen > limit:
@@ -108,6 +124,22 @@ class _Gunzip:
         except zlib.error as error:
             raise InvalidGzip(f"the body is not valid gzip: {error}") from None
         return out
+
+    def steps(self, data: bytes, step: int) -> Iterator[bytes]:
+        """All of ``data`` decoded, handed on at most ``step`` bytes at a time."""
+        try:
+            while data:
+                out = self._decoder.decompress(data, step)
+                if out:
+                    yield out
+                if self._decoder.unconsumed_tail:
+                    data = self._decoder.unconsumed_tail
+                    continue
+                data = self._decoder.unused_data
+                if data:
+                    self._decoder = zlib.decompressobj(wbits=31)  # the next member
+        except zlib.error as error:
+            raise InvalidGzip(f"the body is not valid gzip: {error}") from None
 
     def finish(self) -> None:
         if not self._decoder.eof:

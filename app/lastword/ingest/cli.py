@@ -4,9 +4,12 @@ Unlike a provider body (one model call, staged and stored at its end), a CLI bod
 run that a child streams through one long request, so what its lines make is **stored as the
 body arrives**: each piece of the body that completes lines is translated and stored before
 the next is read, and subscribers see the child's progress live. A line that cannot be read
-is refused (400 not JSON, 422 not the format, naming its index) after what the lines before it
-made is stored, so a retry of the whole body from its start stores nothing twice (eventIds) and
-goes on from there.
+(400 not JSON, 422 not the format, 413 too long), or a body that ends inside a line, is refused
+naming the line's index after everything the lines before it made is stored, the message they
+were assembling included (SPEC §16a: a child killed mid-print keeps the reply it was giving),
+so a retry of the whole body from its start stores nothing twice (eventIds) and goes on from
+there. A body cut off by the client stores what its lines made but leaves the message being
+assembled to the body sent again.
 
 A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight with
 ``parentRunId`` = the run and the run's ``selection`` (so a parent created with
@@ -31,6 +34,7 @@ last reply before the stdout's tool result for its call arrived) is kept on the 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from lastword.adapters import CLI_ADAPTERS
@@ -60,24 +64,24 @@ async def ingest_cli_stream(
     adapter = CLI_ADAPTERS[format].for_request(tool_use_id)
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq), format,
                      run.join_continuations)
-    lines = json_lines(body_pieces(body, settings.max_body_bytes), noun="line") if kind in NDJSON_TYPES \
-        else json_array(body_pieces(body, settings.max_body_bytes))
+    # A child streams its whole run through one body: NDJSON is held to a line limit, never a
+    # total (a JSON array is read whole, so it keeps the body limit).
+    lines = json_lines(body_pieces(body, None), noun="line", max_line=settings.max_line_bytes) \
+        if kind in NDJSON_TYPES else json_array(body_pieces(body, settings.max_body_bytes))
     try:
-        async for batch in lines:
-            for index, line in batch:
-                try:
-                    writer.add(index, adapter.feed(index, _object(line, index)))
-                except LastwordError:
-                    await writer.flush()  # the lines before the bad one stay stored
-                    raise
-            await writer.flush()
+        unread = await _read(lines, adapter, writer)
     except BodyCut:
         # What came is stored; the message being assembled waits for the body sent again.
         await writer.flush()
         raise BadRequest("the body was cut off before its end; the lines before the cut are stored") from None
-    except LastwordError:  # a line not JSON, holding an inexact integer, or not the format
+    if unread is not None:
+        # The lines before it stay stored, and so does what they assembled.
+        at = unread.extra.get("index")
+        if not isinstance(at, int):  # the body's bytes, not a line (bad gzip): where it stopped
+            at = adapter.lines_read
+        writer.add(at, adapter.cut(at))
         await writer.flush()
-        raise
+        raise unread
     if adapter.lines_read == 0:
         raise EmptyBatch("the body holds no line", index=0)
     writer.add(adapter.lines_read - 1, adapter.finish())
@@ -85,6 +89,26 @@ async def ingest_cli_stream(
     stored = writer.answer
     stored.stop_reason, stored.provider_stop_reason = adapter.stop.stop_reason, adapter.stop.provider
     return stored
+
+
+async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter, writer: _Writer) -> LastwordError | None:
+    """Feed the body's lines to the adapter, storing what each batch of them makes; the problem
+    of the first line that cannot be read (what the lines before it made is in ``writer``), or
+    None at the body's end. A refusal of the store is raised."""
+    reading = aiter(lines)
+    while True:
+        try:
+            batch = await anext(reading)
+        except StopAsyncIteration:
+            return None
+        except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
+            return error
+        for index, line in batch:
+            try:
+                writer.add(index, adapter.feed(index, _object(line, index)))
+            except LastwordError as error:  # not the format
+                return error
+        await writer.flush()
 
 
 class _Writer:

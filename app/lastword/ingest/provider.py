@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 
 from lastword.adapters import ADAPTERS
+from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
@@ -90,14 +91,16 @@ def idempotency_key(body: Body) -> str | None:
 
 
 async def ingest_provider_stream(
-    body: Body, service: RunService, settings: Settings, run_id: str, format: str, end: bool
+    body: Body, service: RunService, settings: Settings, run_id: str, format: str, end: bool,
+    *, acp_version: int | None = None,
 ) -> Stored:
     framing = FRAMINGS.get(body.media_type)
     if framing is None:
         raise UnsupportedMedia(
             f"expected application/json, application/x-ndjson or text/event-stream, got {body.media_type!r}"
         )
-    adapter = ADAPTERS[format](idempotency_key(body))
+    key = idempotency_key(body)
+    adapter = ACPAdapter(key, version=acp_version) if format == ACPAdapter.format else ADAPTERS[format](key)
     limit = settings.max_body_bytes
     with Staging(limit) as staging:
         index = -1

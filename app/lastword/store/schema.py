@@ -97,7 +97,7 @@ CREATE TABLE IF NOT EXISTS feed (
 CREATE INDEX IF NOT EXISTS feed_by_parent ON feed (parent_run_id, id)
 """
 
-#: Retention (issue 9): tombstones of deleted runs, and ended runs found by age.
+#: Retention: tombstones of deleted runs, and ended runs found by age.
 _V2 = """
 CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at {double} NOT NULL){keyed_table};
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at)
@@ -125,11 +125,11 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 CREATE INDEX IF NOT EXISTS deliveries_by_run ON deliveries (run_id, id)
 """
 
-#: The webhook secret is stored once (issue 21): deliveries stop copying it.
+#: The webhook secret is stored once, with its run: deliveries no longer copy it.
 _V5 = "UPDATE deliveries SET secret = NULL WHERE secret IS NOT NULL"
 
 
-#: The run options as columns of their own (issue 23), rather than read back out of ``spec``.
+#: The run options as columns of their own, rather than read back out of ``spec``.
 _V7 = """
 ALTER TABLE runs ADD COLUMN fork_of_run_id TEXT;
 ALTER TABLE runs ADD COLUMN fork_after_seq {bigint};

@@ -1,7 +1,7 @@
 """What SQLite's driver does that the rest of the store must not see: its errors, and the values
 it would store that PostgreSQL cannot.
 
-The same bad input gets the same answer on both backends (issue 23): PostgreSQL refuses a value
+The same bad input gets the same answer on both backends: PostgreSQL refuses a value
 its columns cannot hold (a NUL character in a text, a number past ``BIGINT``) with a
 ``DataError`` that :func:`lastword.store.postgres.driver_error` makes 422
 ``unstorable_value``; SQLite would store the NUL, so :class:`SqliteTx` refuses it first, and
