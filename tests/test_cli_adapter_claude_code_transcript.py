@@ -329,3 +329,68 @@ def test_an_unlinked_subagent_is_refused() -> None:
     lines = read("subagent_split", "subagent")
     message = refused(lines, "agentId")
     assert lines[0]["agentId"] in message and "toolUseId" in message
+
+
+def test_a_reply_followed_by_another_with_nothing_between_is_two_messages() -> None:
+    replies = [line for line in read("subagent_cut", "subagent") if line["type"] == "assistant"][:2]
+    events = [item.event for item in run(replies, "toolu_x")]
+    assert events[-1]["type"] == "turn/end"
+    assert [(event["eventId"], len(event["message"]["content"])) for event in events[:-1]] == [
+        (replies[0]["message"]["id"], 1), (replies[1]["message"]["id"], 1)]
+
+
+def test_the_clis_own_message_whole() -> None:
+    lines = read("subagent_cut", "subagent")
+    synthetic = next(line for line in lines if line["type"] == "assistant" and line["message"]["model"] == "<synthetic>")
+    synthetic["message"]["content"].append({"type": "text", "text": " (more)"})
+    events = [item.event for item in run([synthetic], "toolu_x")]
+    text = synthetic["message"]["content"][0]["text"] + " (more)"
+    error = {"type": "max_output_tokens", "message": text}
+    assert events == [
+        {"type": "assistant/message", "eventId": synthetic["message"]["id"],
+         "message": {"id": synthetic["message"]["id"], "content": [], "error": error},
+         "source": {"format": "claude-code-transcript", "events": [synthetic]}},
+        {"type": "turn/end", "eventId": f"{synthetic['agentId']}:end", "stopReason": "max_tokens", "error": error,
+         "source": {"format": "claude-code-transcript", "events": []}}]
+
+
+def test_a_tool_call_whole_and_only_subagent_tools_name_an_agent() -> None:
+    session = read("subagent_split", "session.jsonl")
+    call_line = [line for line in session if line["type"] == "assistant"][1]
+    block = call_line["message"]["content"][0]
+    (event,) = [item.event for item in run([call_line])]
+    assert event["message"]["content"] == [{"type": "tool_call", "id": block["id"], "name": "Agent", "input": block["input"]}]
+    block["name"] = "Bash"
+    sub = read("subagent_split", "subagent")
+    for line in sub:
+        line.pop("attributionAgent", None)
+    assert {item.agent for item in run([call_line, *sub], block["id"]) if item.child} == {None}
+
+
+def test_usage_without_output_tokens_counts_zero() -> None:
+    reply = [line for line in read("subagent_split", "subagent") if line["type"] == "assistant"][0]
+    reply["message"]["usage"] = {"input_tokens": 3}
+    (message,) = [item.event["message"] for item in run([reply], "toolu_x") if item.event["type"] == "assistant/message"]
+    assert message["usage"] == {"inputTokens": 3, "outputTokens": 0}
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    (changed(base_reply(), "message.content.0", {"text": "no type"}), "message.content.0: expected a block with a type"),
+    (changed(base_reply(), "agentId", ""), "agentId: expected a non-empty string"),
+    (changed(base_reply(), "message.usage.output_tokens", -1), "message.usage.output_tokens: expected a non-negative integer"),
+    (changed(base_user(), "message.content", None), "message.content: expected a string or an array"),
+])
+def test_a_refusal_says_what_was_expected(line: dict[str, Any], says: str) -> None:
+    with pytest.raises(NotTheFormat) as caught:
+        run([{"type": "attachment"}, line], "toolu_x")
+    assert str(caught.value).startswith(f"line 1: {says} (not a claude-code-transcript line)")
+    assert caught.value.extra["index"] == 1
+
+
+def test_an_unlinked_subagent_refusal_names_its_line() -> None:
+    lines = read("subagent_split", "subagent")
+    with pytest.raises(NotTheFormat) as caught:
+        run(lines)
+    assert str(caught.value).startswith(
+        f"line 0: agentId: the subagent {lines[0]['agentId']!r} is linked to no tool call: send the session's "
+        "transcript before it, or ?toolUseId= (not a claude-code-transcript line)")
