@@ -13,6 +13,7 @@ moves it). ``LASTWORD_DOCS_SCREENSHOT=1`` also writes the README's ``docs/dashbo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import threading
@@ -359,6 +360,35 @@ def test_the_transcript_is_shown_where_the_server_has_one(browser: Any, tmp_path
                 expect(page.locator("#d-transcript")).to_contain_text("Three callers.")
             else:
                 expect(page.locator("#d-transcript-sec")).to_be_hidden()
+        finally:
+            tab.close()
+
+
+def test_a_subagents_own_messages_and_a_hand_back_only_child_are_told_apart(browser: Any, tmp_path: Path) -> None:
+    """Claude Code's stdout alone makes a child from the parent's (cut) tool result: the page says
+    so. With the subagent's transcript in, the child shows its own messages (SPEC §19)."""
+    fixtures = Path(__file__).resolve().parent / "cli_children" / "fixtures" / "claude-code-transcript" / "subagent_split"
+    (agent,) = (fixtures / "subagents").glob("agent-*.jsonl")
+    (meta,) = (fixtures / "subagents").glob("agent-*.meta.json")
+    call = json.loads(meta.read_text())["toolUseId"]
+    ndjson = {"content-type": "application/x-ndjson"}
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'lastword.db'}", keepalive_seconds=1.0)
+    with threaded_server(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+        stdout_only = create_run(api, agent="parent")
+        assert api.post(f"/v1/runs/{stdout_only}/ingest/claude-code", content=(fixtures / "stdout.ndjson").read_bytes(),
+                        headers=ndjson).status_code == 200
+        with_transcript = create_run(api, agent="parent", selection={"joinContinuations": True})
+        assert api.post(f"/v1/runs/{with_transcript}/ingest/claude-code-transcript", content=agent.read_bytes(),
+                        params={"toolUseId": call}, headers=ndjson).status_code == 200
+        tab = Tab(browser, f"{url}/dashboard#run={stdout_only}.{call}")
+        page = tab.page
+        try:
+            expect(page.locator("#d-output-origin")).to_contain_text("From the parent's tool result only")
+            page.goto(f"{url}/dashboard#run={with_transcript}.{call}")
+            expect(page.locator("#d-output")).to_contain_text("Report part one: the first half of the findings, cut")
+            expect(page.locator("#d-output-origin")).to_have_text("From the subagent's own messages (its transcript).")
+            page.click("#d-transcript-details summary")
+            expect(page.locator("#d-transcript")).to_contain_text("Report part one")
         finally:
             tab.close()
 

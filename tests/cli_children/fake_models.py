@@ -158,6 +158,28 @@ SCENARIOS: dict[str, dict[str, list[dict[str, Any]]]] = {
             text("This message is sent twice."),
         ]
     },
+    # A foreground subagent whose reply is split by the output-token ceiling: the CLI asks it to
+    # go on and hands the parent only the last part as the tool result.
+    "subagent_split": {
+        "main": [
+            tool("subagent", text_before="I will delegate this.", prompt=f"{SUBAGENT_MARKER}: write the report.",
+                 background=False),
+            text("The subagent's report is in."),
+        ],
+        "sub": [
+            text("Report part one: the first half of the findings, cut", stop="max_tokens"),
+            text(" and report part two, which completes the findings."),
+        ],
+    },
+    # A foreground subagent cut at the ceiling every time: the CLI gives up after its retries.
+    "subagent_cut": {
+        "main": [
+            tool("subagent", text_before="I will delegate this.", prompt=f"{SUBAGENT_MARKER}: write the report.",
+                 background=False),
+            text("The subagent's report was cut."),
+        ],
+        "sub": [text("Report cut at the ceiling, every time", stop="max_tokens", repeat=True)],
+    },
 }
 
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -199,11 +200,14 @@ def _resume_argv(cli: str, argv: list[str], first: bytes) -> list[str]:
 
 
 def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = False,
-            details: dict[str, Any] | None = None) -> tuple[bytes, int]:
+            details: dict[str, Any] | None = None, env_extra: dict[str, str] | None = None,
+            setup: Callable[[Path], None] | None = None) -> tuple[bytes, int]:
     """Run one CLI x scenario against its fake; return (stdout bytes, exit code).
 
     ``details``, when given, is filled with argv, stderr, the fake's request log, etc.; for a
     two-turn scenario also ``turn2`` = (argv, stdout, exit code, stderr) of the resumed run.
+    ``env_extra`` is added to the CLI's environment; ``setup(tmp)`` runs before it starts (to
+    write settings under ``tmp/home``).
     """
     spec = CLIS[cli]
     tmp = Path(tempfile.mkdtemp(prefix=f"cli-{cli}-{scenario}-"))
@@ -218,6 +222,9 @@ def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = Fals
             argv = _setup_codex(server.url, tmp, work, env)
         else:
             argv = _setup_opencode(cli, server.url, tmp, work, env)
+        env.update(env_extra or {})
+        if setup is not None:
+            setup(tmp)
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,

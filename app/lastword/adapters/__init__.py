@@ -15,6 +15,7 @@ from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.anthropic import AnthropicAdapter
 from lastword.adapters.base import Event, NotTheFormat, ProviderAdapter, StreamStop
 from lastword.adapters.claude_code import ClaudeCodeAdapter
+from lastword.adapters.claude_code_transcript import ClaudeCodeTranscriptAdapter
 from lastword.adapters.cli_base import CliAdapter
 from lastword.adapters.codex import CodexAdapter
 from lastword.adapters.openai_responses import OpenAIResponsesAdapter
@@ -26,12 +27,14 @@ ADAPTERS: dict[str, type[ProviderAdapter]] = {
 PROVIDER_FORMATS = tuple(ADAPTERS)
 #: Agent CLIs' standard output (SPEC §16), by ``{format}`` of the same endpoint: the one list of
 #: the CLI formats (the endpoint's, ``lastword run``'s and the client's come from here).
-CLI_ADAPTERS: dict[str, type[CliAdapter]] = {adapter.format: adapter for adapter in (ClaudeCodeAdapter, CodexAdapter, OpencodeAdapter)}
+CLI_ADAPTERS: dict[str, type[CliAdapter]] = {
+    adapter.format: adapter for adapter in (ClaudeCodeAdapter, CodexAdapter, OpencodeAdapter, ClaudeCodeTranscriptAdapter)}
 CLI_FORMATS = tuple(CLI_ADAPTERS)
 #: Every ``{format}`` of ``POST /v1/runs/{runId}/ingest/{format}``.
 INGEST_FORMATS = PROVIDER_FORMATS + CLI_FORMATS
 #: ``lastword run --format auto``: the CLI format of a command, by the command's name.
-FORMATS_BY_COMMAND = {adapter.command: adapter.format for adapter in CLI_ADAPTERS.values()}
+#: (A transcript is no command's output: its ``command`` is empty.)
+FORMATS_BY_COMMAND = {adapter.command: adapter.format for adapter in CLI_ADAPTERS.values() if adapter.command}
 
 
 def translate(

@@ -57,6 +57,12 @@ class CliAdapter(abc.ABC):
         self._positions: Counter[str] = Counter()
         self._turn = "" if turn == 1 else f"turn{turn}:"
 
+    @classmethod
+    def for_request(cls, turn: int = 1, tool_use_id: str | None = None) -> CliAdapter:
+        """The adapter for one body of the run's turn ``turn``; ``tool_use_id`` is the request's
+        ``toolUseId`` (only a subagent's transcript uses it: the tool call that ran the subagent)."""
+        return cls(turn)
+
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""
         return self._of_turn(self.read(index, line))

@@ -323,6 +323,12 @@ def _nothing_read() -> None:
           "(pipe in §4 events one JSON object a line, or text with --text)", file=sys.stderr)
 
 
+def _hook(args: argparse.Namespace) -> int:
+    from lastword.cli import hook
+
+    return hook.main()
+
+
 def _run(args: argparse.Namespace) -> int:
     from lastword.cli import run
 
@@ -498,8 +504,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(audit)
     audit.set_defaults(handler=_audit)
 
+    hook = add_command(
+        "hook",
+        help="the command for an agent CLI's hooks: post its transcripts into the run",
+        description="For Claude Code's hooks settings (SubagentStop, Stop): reads the hook's JSON on standard "
+        "input and posts the transcripts it names (only the lines not yet sent) to the run $LASTWORD_RUN_ID, "
+        "else claude-code-<session_id>, at $LASTWORD_URL. Always exits 0 within 5 s; problems go to "
+        "standard error.",
+        epilog=_examples("lastword hook claude-code < hook-input.json"),
+    )
+    hook.add_argument("cli", choices=["claude-code"], help="the agent CLI whose hook this is")
+    hook.set_defaults(handler=_hook)
+
     from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
-    from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
+    from lastword.adapters import FORMATS_BY_COMMAND
     from lastword.cli.run import KILL_AFTER as RUN_KILL_AFTER
     from lastword.cli.run import RETRY_SECONDS as RUN_RETRY_SECONDS
 
@@ -518,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="the run's id (default: a new one)")
     run.add_argument("--parent", metavar="ID", help="the parent run's id")
     run.add_argument("--agent", metavar="NAME", help="the agent's name (default: COMMAND's file name)")
-    run.add_argument("--format", choices=["auto", *CLI_FORMATS], default="auto",
+    run.add_argument("--format", choices=["auto", *FORMATS_BY_COMMAND.values()], default="auto",
                      help="COMMAND's output format; auto: by its name ("
                      + ", ".join(f"{name} is {fmt}" for name, fmt in FORMATS_BY_COMMAND.items()) + ")")
     run.add_argument("--json", action="store_true", help="print the whole SubagentResult as JSON")

@@ -331,11 +331,16 @@ async def ingest_provider(
     acpVersion: Annotated[int, Query(ge=1, le=2, description=(
         "The ACP version of an `acp` body that holds no `initialize` response (which names it): "
         "1 or 2."))] = 1,
+    toolUseId: Annotated[str | None, Query(
+        max_length=200, description="claude-code-transcript: the id of the tool call that ran the subagent whose "
+                                    "transcript the body is (its agent-<agentId>.meta.json names it); not needed "
+                                    "when the session's transcript comes first in the body (SPEC §19).")] = None,
 ) -> dict[str, Any]:
     """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
     body = body_of(request)
     if format in CLI_ADAPTERS:
-        return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format)).answer()
+        return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format,
+                                        toolUseId)).answer()
     return (await ingest_provider_stream(body, service_of(request), settings_of(request), runId, format, end,
                                          acp_version=acpVersion)).answer()
 

@@ -17,7 +17,23 @@ blank keep-alive line that stores nothing, renew the lease as they arrive (at mo
 second of the service's clock: appends renew it too).
 
 A subagent the CLI ran is a child run ``{runId}.{key}``, created on first sight with
-``parentRunId`` = the run, so ``/children``, the join, the dashboard and webhooks show it.
+``parentRunId`` = the run and the run's ``selection`` (so a parent created with
+``joinContinuations`` gets a subagent's split reply whole), and so ``/children``, the join, the
+dashboard and webhooks show it. The child may exist already, made by the same session seen
+another way (its stdout, its transcript): it is then taken as it is.
+
+The same session may be sent as its stdout (``claude-code``) and as its transcript
+(``claude-code-transcript``, SPEC §19), in either order. Both name an event by the same line
+``uuid`` or ``message.id``, but the events differ (their ``source``; the transcript knows each
+reply's stop reason), and a repeated eventId with other content is a conflict (409). So an event
+whose eventId the target run already holds **from another format** is counted a duplicate and
+not stored: what was stored first stays, nothing is stored twice. (Within one format a differing
+repeat stays the producer bug it is.) This reads the eventIds of each run a body writes to once,
+when the body first writes to it.
+
+An event for a child whose turn has ended (a subagent's transcript ended the child with its own
+last reply before the stdout's tool result for its call arrived) is kept on the run as
+``x-<format>-late-subagent`` (``{runId, event}``): accepted, logged, never the child's output.
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from typing import Any
 from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.adapters.framing import json_array, json_lines
-from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, UnsupportedMedia
+from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, RunEnded, RunExists, UnsupportedMedia
 from lastword.ingest.body import Body, BodyCut, BodyDrained, body_pieces
 from lastword.ingest.checks import encode_made
 from lastword.ingest.outcome import Stored
@@ -46,14 +62,15 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 async def ingest_cli_stream(
-    body: Body, service: RunService, settings: Settings, run_id: str, format: str
+    body: Body, service: RunService, settings: Settings, run_id: str, format: str, tool_use_id: str | None = None
 ) -> Stored:
     kind = body.media_type
     if kind not in NDJSON_TYPES and kind != "application/json":
         raise UnsupportedMedia(f"expected application/x-ndjson (one line a JSON object) or application/json, got {kind!r}")
     run = await service.get_run(run_id)  # 404 before reading a byte
-    adapter = CLI_ADAPTERS[format](run.turn)  # a later turn's eventIds are its own (§16a)
-    writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq))
+    adapter = CLI_ADAPTERS[format].for_request(run.turn, tool_use_id)  # a later turn's eventIds are its own
+    writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq), format,
+                     run.join_continuations)
     # A child streams its whole run through one body: NDJSON is held to a line limit, never a
     # total (a JSON array is read whole, so it keeps the body limit). Its bytes renew the lease.
     if kind in NDJSON_TYPES:
@@ -114,13 +131,18 @@ async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter
 class _Writer:
     """Stores what the adapter made, in order, one append per run and stretch of events."""
 
-    def __init__(self, service: RunService, run_id: str, limit: int, answer: Stored) -> None:
+    def __init__(self, service: RunService, run_id: str, limit: int, answer: Stored, format: str,
+                 join_continuations: bool | None) -> None:
         self.service = service
         self.run_id = run_id
         self.limit = limit
         self.answer = answer
+        self.format = format
+        self.join_continuations = join_continuations
         self.pending: list[tuple[int, Made]] = []
         self.children: set[str] = set()
+        #: By run written to: the eventIds it holds and the format that made each.
+        self.known: dict[str, dict[str, str | None]] = {}
 
     def add(self, index: int, made: list[Made]) -> None:
         for item in made:
@@ -134,29 +156,73 @@ class _Writer:
             end = start
             while end < len(pending) and pending[end][1].child == child:
                 end += 1
-            await self._store(child, pending[start][1].agent, pending[start:end])
+            # A transcript names its subagent on its replies, not on the prompt line before them.
+            agent = next((item.agent for _, item in pending[start:end] if item.agent is not None), None)
+            await self._store(child, agent, pending[start:end])
             start = end
 
     async def _store(self, child: str | None, agent: str | None, stretch: list[tuple[int, Made]]) -> None:
-        events = [item.event for _, item in stretch]
-        encoded = encode_made(events, [index for index, _ in stretch], self.limit)
-        target = self.run_id
-        if child is not None:
-            target = f"{self.run_id}.{child}"
-            if child not in self.children:
-                # The CLI names the subagent; a name no run may have is the line's fault (422).
-                if not _RUN_ID.fullmatch(target) or (agent is not None and len(agent) > MAX_AGENT_LENGTH):
-                    index = stretch[0][0]
-                    raise InvalidProviderEvent(
-                        f"line {index}: its subagent makes no valid child run (id {target!r}, agent of "
-                        f"{len(agent or '')} characters)", index=index)
-                await self.service.create(NewRun(run_id=target, parent_run_id=self.run_id, agent=agent))
-                self.children.add(child)
-        outcome = await self.service.append(target, events, encoded)
+        target = self.run_id if child is None else f"{self.run_id}.{child}"
+        if child is not None and child not in self.children:
+            await self._create_child(child, agent, target, stretch[0][0])
+        known = await self._known(target)
+        fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+        self.answer.duplicates += len(stretch) - len(fresh)
+        if not fresh:
+            return
+        events = [item.event for _, item in fresh]
+        origins = [index for index, _ in fresh]
+        encoded = encode_made(events, origins, self.limit)
+        try:
+            outcome = await self.service.append(target, events, encoded)
+        except RunEnded:
+            if child is None:
+                raise
+            late = [{"type": f"x-{self.format}-late-subagent", "eventId": f"{child}:{event.get('eventId')}",
+                     "runId": target, "event": event} for event in events]
+            target = self.run_id
+            outcome = await self.service.append(target, late, encode_made(late, origins, self.limit))
+        for event in events:
+            if isinstance(event.get("eventId"), str):
+                known.setdefault(event["eventId"], self.format)
         self.answer.accepted += outcome.accepted
         self.answer.duplicates += outcome.duplicates
-        if child is None:
+        if target == self.run_id:
             self.answer.last_seq = outcome.last_seq
+
+    async def _known(self, run_id: str) -> dict[str, str | None]:
+        known = self.known.get(run_id)
+        if known is None:
+            known = self.known[run_id] = {}
+            after, full = 0, True
+            while full:
+                page = await self.service.events_after(run_id, after, 1000)
+                for stored in page:
+                    if stored.event_id is not None:
+                        source = stored.body.get("source")
+                        known[stored.event_id] = source.get("format") if isinstance(source, dict) else None
+                full = len(page) == 1000
+                after = page[-1].seq if page else after
+        return known
+
+    async def _create_child(self, child: str, agent: str | None, target: str, index: int) -> None:
+        # The CLI names the subagent; a name no run may have is the line's fault (422).
+        if not _RUN_ID.fullmatch(target) or (agent is not None and len(agent) > MAX_AGENT_LENGTH):
+            raise InvalidProviderEvent(
+                f"line {index}: its subagent makes no valid child run (id {target!r}, agent of "
+                f"{len(agent or '')} characters)", index=index)
+        try:
+            await self.service.create(NewRun(run_id=target, parent_run_id=self.run_id, agent=agent,
+                                             join_continuations=self.join_continuations))
+        except RunExists:
+            pass  # made by the same session seen another way (its stdout, its transcript)
+        self.children.add(child)
+
+
+def _seen_elsewhere(event: dict[str, Any], known: dict[str, str | None], format: str) -> bool:
+    """The run holds this event's id, made from another format (see the module's docstring)."""
+    event_id = event.get("eventId")
+    return isinstance(event_id, str) and event_id in known and known[event_id] != format
 
 
 async def _renewing(pieces: AsyncIterator[bytes], service: RunService, run_id: str) -> AsyncIterator[bytes]:

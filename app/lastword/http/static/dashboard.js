@@ -559,11 +559,37 @@
       if (detail.pieces.length === 0) $('d-live-sec').hidden = true;
     }
     if (tool && tool.status === 200) renderToolResult(tool.body);
+    renderOrigin(runId, generation);
     if (transcript && transcript.status === 200 && transcript.body && Array.isArray(transcript.body.messages)) {
       renderTranscript(transcript.body);
     } else {
       $('d-transcript-sec').hidden = true;
     }
+  }
+
+  // Where a subagent's output came from (SPEC §19): a child made from a CLI's stdout alone
+  // holds only the parent's tool result (which the CLI may have cut); a child whose own
+  // transcript is in holds the subagent's own messages.
+  async function renderOrigin(runId, generation) {
+    const note = $('d-output-origin');
+    note.hidden = true;
+    const entry = state.runs.get(runId);
+    if (!entry || !entry.run.parentRunId) return;
+    const page = await api(`/v1/runs/${encodeURIComponent(runId)}/events?limit=1000`, { allow: [404, 410] }).catch(() => null);
+    if (detail.generation !== generation || !page || page.status !== 200) return;
+    const messages = page.body.events.map((item) => item.event).filter((event) => event.type === 'assistant/message');
+    const formats = new Set(messages.map((event) => (event.source && event.source.format) || ''));
+    const handedBack = messages.length > 0 && messages.every((event) => /:output$/.test(event.eventId || '')
+      && event.source && Array.isArray(event.source.events) && event.source.events.length === 0);
+    if (handedBack) {
+      note.textContent = "From the parent's tool result only: the subagent's own messages are not in "
+        + '(its transcript was not sent), and the CLI may have cut what it handed back.';
+    } else if (formats.has('claude-code-transcript')) {
+      note.textContent = "From the subagent's own messages (its transcript).";
+    } else {
+      return;
+    }
+    note.hidden = false;
   }
 
   async function loadChildren(runId, generation) {
