@@ -160,6 +160,9 @@ class PatroniCluster:
     def switchover(self, old: Node) -> None:
         """A planned switchover: Patroni demotes ``old`` (it stays up, as a standby) and promotes
         the synchronous standby."""
+        # A node that came back (the kill test restarts its victim) is a synchronous standby only
+        # once it has caught up; Patroni refuses a switchover with none.
+        _wait(self._has_sync_standby, "a synchronous standby", 90)
         answer = httpx.post(f"http://127.0.0.1:{old.api_port}/switchover", json={"leader": old.name}, timeout=30)
         assert answer.status_code == 200, answer.text
 

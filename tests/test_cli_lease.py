@@ -21,7 +21,7 @@ import pytest
 from tests.clock import ManualClock
 from tests.polling import wait_until
 from tests.servers import threaded_server
-from tests.test_cli_run import COMPLETED, ECHO_CHILD, THREAD, TURN, WAIT, feed, lastword_run, message, wait_for_messages
+from tests.test_cli_run import COMPLETED, ECHO_CHILD, THREAD, TURN, WAIT, feed, lastword_run, message, wait_for_streamed
 
 LEASE = 3.0
 
@@ -49,7 +49,7 @@ def test_a_silent_child_keeps_its_turn_past_its_lease(served: tuple[str, ManualC
                            command=[sys.executable, str(script)])
     try:
         feed(process, THREAD, TURN, message(0, "thinking"))
-        wait_for_messages(url, run_id, 1)
+        wait_for_streamed(url, run_id, "thinking")  # Codex's message is stored at the next line
         assert httpx.get(f"{url}/v1/runs/{run_id}").json()["leaseSeconds"] == LEASE
         for _ in range(4):  # 4 × 2 s of silence: more than twice the lease
             clock.advance(2.0)

@@ -22,6 +22,7 @@ import functools
 import gc
 import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -107,9 +108,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _say_where(settings: Settings, how: str = "") -> None:
+    """Where the service, its dashboard and its docs are: one line of the log (every line of
+    which is JSON, for a log collector), at info, the default level."""
     base = f"http://{_url_host(settings.host)}:{settings.port}"
-    print(f"lastword serve: {base}{how} (dashboard {base}/dashboard, API docs {base}/docs)", file=sys.stderr,
-          flush=True)
+    logging.getLogger("lastword").info("serving %s%s (dashboard %s/dashboard, API docs %s/docs)",
+                                       base, how, base, base)
 
 
 def _unbindable(host: str, port: int) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from lastword.errors import (
     Draining,
@@ -31,9 +32,10 @@ class BodyDrained(Draining):
     (SPEC §16a). What the whole lines received made is kept; the answer is 503 ``draining``
     with ``Retry-After`` (a streamed ingest adds what it stored, ``lastSeq`` included)."""
 
-    def __init__(self) -> None:
-        super().__init__("the replica is shutting down and its body was cut where it stood: the whole lines "
-                         "before the cut are stored; send the body again (eventIds store nothing twice)")
+    def __init__(self, detail: str = "the replica is shutting down and its body was cut where it stood: the whole "
+                 "lines before the cut are stored; send the body again (eventIds store nothing twice)",
+                 **extra: Any) -> None:
+        super().__init__(detail, **extra)
 
 
 @dataclass(frozen=True)
