@@ -4,9 +4,8 @@ Ids: a run stream's message ids are the run's ``seq`` (the ``run/snapshot`` take
 it reflects), the firehose's are its own global order. Either way a client resumes with
 ``Last-Event-ID`` (or ``?after=``) and gets exactly what followed.
 
-Order of work for a subscription: register with the hub first, then read the log after the
-resume point, then take live events, dropping any the log already gave. A subscriber that
-fell behind (its bounded buffer filled) goes back to the log instead of being fed from memory.
+The catch-up (the log after the resume point, then live events, back to the log after an
+overflow) is :mod:`lastword.follow`'s; this face frames it as SSE (:data:`SSE_FRAMING`).
 
 The subscription is registered in the route, before the response's headers go out, so a client
 that has its headers misses nothing that happens afterwards (the firehose has no snapshot to
@@ -18,8 +17,7 @@ started never runs its ``finally``.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable
 from typing import Annotated, Any
 
 import orjson
@@ -27,10 +25,11 @@ from fastapi import APIRouter, Header, Query, Request
 
 from lastword.errors import InvalidLastEventId
 from lastword.fanout.hub import Subscription
+from lastword.follow import Cursor, Framing, feed_cursor, follow_feed, follow_run, run_cursor
 from lastword.http.sse import EventStream, encode, json_message
 from lastword.http.strict_ints import DecimalDigits, parse_decimal
 from lastword.http.views import result_view, run_view
-from lastword.rules.lifecycle import LIFECYCLE_TYPES, closes_run_stream
+from lastword.rules.lifecycle import LIFECYCLE_TYPES
 from lastword.rules.limits import MAX_INT64
 from lastword.rules.records import RunRecord, StoredEvent
 from lastword.schemas import Problem
@@ -87,18 +86,6 @@ def _reconnect(reason: str, last: int) -> bytes:
     return encode(data, event="server/reconnect", retry_ms=1000)
 
 
-def _ended(subscription: Subscription) -> str | None:
-    """Why the service ends this stream now: shutdown, the client left, or the connection's
-    lifetime is over."""
-    if subscription.ended_by is not None:
-        return subscription.ended_by
-    return "lifetime" if subscription.expired else None
-
-
-def _closes(event: StoredEvent, run: RunRecord) -> bool:
-    return closes_run_stream(event.type, run.mode)
-
-
 #: The keep-alive: one comment line, without the blank line that would end an event.
 #:
 #: A comment followed by a blank line is a valid no-op by the SSE specification, but some
@@ -110,90 +97,8 @@ def _closes(event: StoredEvent, run: RunRecord) -> bool:
 #: connection for it.
 KEEPALIVE = b": ping\r\n"
 
-
-def _cannot_write(_chunk: bytes) -> bool:
-    return False
-
-
-class _Cursor:
-    """A stream's place (the last id it sent) and its rule for which events close it; also
-    what the hub hands events to while the stream waits (:attr:`Subscription.direct`), so that
-    they are written at once instead of waking the stream's task."""
-
-    __slots__ = ("last", "write_now", "closed", "_id_of", "_closes")
-
-    def __init__(self, last: int, id_of: Callable[[StoredEvent], int], closes: Callable[[StoredEvent], bool]) -> None:
-        self.last = last
-        #: The response's :meth:`EventStream.write_now`, once there is a response.
-        self.write_now: Callable[[bytes], bool] = _cannot_write
-        #: An event closed the stream (it was the last one sent).
-        self.closed = False
-        self._id_of = id_of
-        self._closes = closes
-
-    def messages(self, events: Iterable[StoredEvent], *, before_close: bool) -> tuple[bytes, int, int, bool]:
-        """The messages of ``events`` not sent yet, joined; how many events they cover; the
-        last id among them; whether the stream closes with them. An event that closes the
-        stream ends them, or, ``before_close``, is left out (with what follows it)."""
-        last = self.last
-        parts = []
-        count = 0
-        closes = False
-        for event in events:
-            message_id = self._id_of(event)
-            if message_id > last:
-                if self._closes(event):
-                    if before_close:
-                        break
-                    closes = True
-                parts.append(_message(event, message_id))
-                last = message_id
-            count += 1
-            if closes:
-                break
-        return b"".join(parts), count, last, closes
-
-    def deliver(self, events: deque[StoredEvent]) -> None:
-        """Write what the hub hands over while the stream waits, and drop it from ``events``;
-        leave it there for the stream's task when it cannot be written now, or closes the stream."""
-        chunk, count, last, _ = self.messages(events, before_close=True)
-        if chunk and not self.write_now(chunk):
-            return
-        self.last = last
-        for _ in range(count):
-            events.popleft()
-
-    async def live(self, subscription: Subscription) -> AsyncGenerator[bytes, None]:
-        """Live events, until the buffer overflows (the log takes over again), the stream is
-        ended, or an event closes it (:attr:`closed` tells). What one wake-up finds goes out
-        in one write; while the stream waits, the hub writes what comes directly."""
-        subscription.direct = self.deliver
-        try:
-            while (taken := await subscription.take()) is not None:
-                if not taken:
-                    yield KEEPALIVE
-                    continue
-                chunk, _, self.last, closes = self.messages(taken, before_close=False)
-                if chunk:
-                    yield chunk
-                if closes:
-                    self.closed = True
-                    return
-        finally:
-            subscription.direct = None
-
-
-def _seq(event: StoredEvent) -> int:
-    return event.seq
-
-
-def _feed_id(event: StoredEvent) -> int:
-    assert event.feed_id is not None
-    return event.feed_id
-
-
-def _never(_event: StoredEvent) -> bool:
-    return False
+#: How both streams frame what :mod:`lastword.follow` yields.
+SSE_FRAMING = Framing(event=_message, keepalive=KEEPALIVE, ended=_reconnect)
 
 
 def _releaser(service: RunService, run_id: str | None, subscription: Subscription) -> Callable[[], None]:
@@ -207,7 +112,7 @@ def _releaser(service: RunService, run_id: str | None, subscription: Subscriptio
 
 def _response(
     request: Request, subscription: Subscription, messages: AsyncGenerator[bytes, None], release: Callable[[], None],
-    cursor: _Cursor,
+    cursor: Cursor,
 ) -> EventStream:
     settings = request.app.state.settings
     subscription.pace(settings.keepalive_seconds, settings.sse_max_lifetime_seconds)
@@ -254,9 +159,7 @@ async def run_stream(
     except BaseException:
         release()
         raise
-    mode = run.mode
-    cursor = _Cursor(run.last_seq if resume is None else resume, _seq,
-                     lambda event: closes_run_stream(event.type, mode))
+    cursor = run_cursor(run, run.last_seq if resume is None else resume, SSE_FRAMING)
     messages = _run_messages(service, subscription, run, snapshot, cursor, frozenset(types))
     return _response(request, subscription, messages, release, cursor)
 
@@ -266,38 +169,16 @@ async def _run_messages(
     subscription: Subscription,
     run: RunRecord,
     snapshot: bytes | None,
-    cursor: _Cursor,
+    cursor: Cursor,
     types: frozenset[str],
 ) -> AsyncGenerator[bytes, None]:
     if snapshot is not None:
         yield snapshot
         if run.status == "ended":
             return
-    while True:
-        # Cleared before the log is read: an overflow from now on sends us back here.
-        subscription.caught_up()
-        # From the log: everything after the last id sent, page by page.
-        while subscription.ended_by is None:
-            events = await service.events_after(run.run_id, cursor.last, service.page_size, types)
-            for event in events:
-                yield _message(event, event.seq)
-                cursor.last = event.seq
-                if _closes(event, run):
-                    return
-            if len(events) < service.page_size:
-                break
-        run = await service.get_run(run.run_id)
-        if run.status == "ended" and cursor.last >= run.last_seq:
-            return
-        # Live, until the buffer overflows and the log takes over again.
-        async with contextlib.aclosing(cursor.live(subscription)) as live:
-            async for chunk in live:
-                yield chunk
-        if cursor.closed:
-            return
-        if ended := _ended(subscription):
-            yield _reconnect(ended, cursor.last)
-            return
+    async with contextlib.aclosing(follow_run(service, subscription, run, cursor, SSE_FRAMING, types)) as follow:
+        async for chunk in follow:
+            yield chunk
 
 
 @router.get("/stream", responses=SSE_RESPONSES, response_class=EventStream)
@@ -324,30 +205,6 @@ async def firehose(
     except BaseException:
         release()
         raise
-    cursor = _Cursor(start, _feed_id, _never)
-    messages = _feed_messages(service, subscription, parentRunId, cursor)
+    cursor = feed_cursor(start, SSE_FRAMING)
+    messages = follow_feed(service, subscription, parentRunId, cursor, SSE_FRAMING)
     return _response(request, subscription, messages, release, cursor)
-
-
-async def _feed_messages(
-    service: RunService,
-    subscription: Subscription,
-    parent_run_id: str | None,
-    cursor: _Cursor,
-) -> AsyncGenerator[bytes, None]:
-    while True:
-        subscription.caught_up()
-        while subscription.ended_by is None:
-            events = await service.feed_after(cursor.last, parent_run_id, service.page_size)
-            for event in events:
-                feed_id = _feed_id(event)
-                yield _message(event, feed_id)
-                cursor.last = feed_id
-            if len(events) < service.page_size:
-                break
-        async with contextlib.aclosing(cursor.live(subscription)) as live:
-            async for chunk in live:
-                yield chunk
-        if ended := _ended(subscription):
-            yield _reconnect(ended, cursor.last)
-            return
