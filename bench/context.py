@@ -58,7 +58,7 @@ class Context:
 
 def _probe_postgres(url: str) -> str | None:
     try:
-        import lastword.store.postgres  # noqa: F401  (the backend may not exist yet)
+        import lastword.store.postgres.store  # noqa: F401  (the backend may not exist yet)
     except ImportError as error:
         return f"the PostgreSQL backend does not import ({error})"
     try:

@@ -111,7 +111,7 @@ def _redis_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Varian
 def _postgres_copy_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> Variant:
     """PostgreSQL straight: ``COPY`` of the same rows into the service's own ``events`` table."""
     import psycopg
-    from lastword.store.rows import EVENT_COLUMNS
+    from lastword.store.sql.rows import EVENT_COLUMNS
 
     connection = psycopg.connect(url, autocommit=True)
 
@@ -175,9 +175,9 @@ async def _nats_variant(url: str, event_batches: Sequence[Sequence[Event]]) -> t
 
 
 async def _sqlite_variant(directory: Path, event_batches: Sequence[Sequence[Event]]) -> Variant:
-    from lastword.store.sqlite import SqliteStore
+    from lastword.store.sqlite.store import SqliteStore
 
-    # The store makes its own schema (store/schema.py, the one source), then lets the file go.
+    # The store makes its own schema (store/sql/schema.py, the one source), then lets the file go.
     store = SqliteStore(f"sqlite:///{directory / 'direct.db'}", default_lease_seconds=600)
     await store.open()
     await store.close()

@@ -42,8 +42,8 @@ from lastword.settings import Settings
 from lastword.rules.ds import Producer
 from lastword.rules.records import WebhookTarget
 from lastword.store import Feed, Outbox, RunLog, RunSpec, Stats, Store
-from lastword.store.sql import SqlStore
-from lastword.store.tx import Tx
+from lastword.store.sql.store import SqlStore
+from lastword.store.sql.tx import Tx
 
 from tests.builders import chunk, message, text, turn_end, usage
 

@@ -282,7 +282,7 @@ def test_nothing_acknowledged_is_lost_across_repeated_kill_9(database_url: str) 
     """Twenty kill -9s at random moments under concurrent ingest: after each restart every acknowledged event is there once, seq has no gap, and every result is the rule applied to the log.
 
     On SQLite and on PostgreSQL, where the producers' small appends are merged commits
-    (``lastword.store.postgres_group``) that the kill cuts at any point of a batch."""
+    (``lastword.store.postgres.group``) that the kill cuts at any point of a batch."""
     rng = random.Random(SEED)
     server = ServerProcess({
         "LASTWORD_DATABASE_URL": database_url,

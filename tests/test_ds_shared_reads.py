@@ -18,7 +18,7 @@ import pytest
 from lastword.ds_service import StreamService
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Slice
-from lastword.store.sqlite import SqliteStore
+from lastword.store.sqlite.store import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

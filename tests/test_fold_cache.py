@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from lastword.store.folds import FOLD_OVERHEAD_BYTES, FoldCache, MeasuredFold
+from lastword.store.sql.folds import FOLD_OVERHEAD_BYTES, FoldCache, MeasuredFold
 from tests.servers import ServerProcess
 from tests.test_provider_memory import memory
 

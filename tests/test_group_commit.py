@@ -25,9 +25,10 @@ from typing import Any
 import httpx
 import pytest
 from lastword.errors import Conflict
-from lastword.store.group import MAX_BATCH, GroupWriter
-from lastword.store.sqlite import SqliteStore
-from lastword.store.tx import Tx
+from lastword.store.sql.batch import MAX_BATCH
+from lastword.store.sqlite.group import GroupWriter
+from lastword.store.sqlite.store import SqliteStore
+from lastword.store.sql.tx import Tx
 
 from tests.api_helpers import assert_problem, chunk, create, logged, result, serving
 from tests.servers import ServerProcess
@@ -195,7 +196,7 @@ async def test_a_held_change_sqlite_refuses_gives_the_batch_up_and_it_runs_again
                        "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END")
         refuse.commit()
         refuse.close()
-        with caplog.at_level(logging.INFO, logger="lastword.store.group"):
+        with caplog.at_level(logging.INFO, logger="lastword.store.sqlite.group"):
             answers = await asyncio.gather(
                 store.append("a", [chunk_event("a1")], T0), store.append("b", [chunk_event("b1")], T0),
                 store.append("c", [chunk_event("c1")], T0), return_exceptions=True,
@@ -301,7 +302,7 @@ async def test_appends_of_one_batch_see_their_run_as_the_writes_before_them_left
     rows are not read once per append."""
     async with four_runs(tmp_path) as store:
         async with traced(store) as statements:
-            with caplog.at_level(logging.INFO, logger="lastword.store.group"):
+            with caplog.at_level(logging.INFO, logger="lastword.store.sqlite.group"):
                 answers = await asyncio.gather(
                     store.append("a", [chunk_event("a1")], T0), store.append("c", [chunk_event("c1")], T0),
                     store.append_batches("d", [([chunk_event("d1")], [json.dumps(chunk_event("d1"))]),

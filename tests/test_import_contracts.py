@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,12 @@ def test_the_contracts_are_kept(tmp_path: Path) -> None:
 
 # One import that breaks each contract, written into a copy of the package.
 BREAKS = {
-    "layers": ("store/retention.py", "import lastword.service\n"),
+    "layers": ("store/sql/retention.py", "import lastword.service\n"),
     "client": ("client/core.py", "import lastword.store.base\n"),
     "client-layers": ("client/retry.py", "import lastword.client.core\n"),
     "faces-through-service": ("http/views.py", "import lastword.store.base\n"),
     "no-web-framework-below-the-faces": ("ingest/body.py", "import starlette.requests\n"),
-    "store-through-protocols": ("webhooks/sender.py", "import lastword.store.outbox\n"),
+    "store-through-protocols": ("webhooks/sender.py", "import lastword.store.sql.outbox\n"),
     "service-takes-no-http-model": ("service.py", "import lastword.schemas\n"),
     "pure-rules": ("adapters/base.py", "import httpx\n"),
     "adapters-independent": ("adapters/acp.py", "import lastword.adapters.anthropic\n"),
@@ -62,8 +63,8 @@ CONTRACT_NAMES = {
 # above it), which no `ignore_imports` line excuses any more, and the run service's whole Store
 # (it names the protocols it uses now).
 MENDED_ARROWS = [
-    ("layers", "store/writes.py", "import lastword.webhooks.rules\n"),
-    ("layers", "store/postgres.py", "import lastword.fanout.notify\n"),
+    ("layers", "store/sql/writes.py", "import lastword.webhooks.rules\n"),
+    ("layers", "store/postgres/store.py", "import lastword.fanout.notify\n"),
     ("store-through-protocols", "service.py", "import lastword.store.base\n"),
 ]
 
@@ -93,9 +94,23 @@ def test_the_faces_reach_no_store_through_the_service() -> None:
         assert not re.search(r"(\bservice|\))\.(store|_store|hub|_hub|_fanout)\b|\.notifier\b", source), path.name
 
 
+def test_the_service_side_may_use_only_the_stores_protocols() -> None:
+    """``store-through-protocols`` is an allow-list in effect: every store module is the protocols
+    (or the package itself) or lies under a module the contract forbids, so a new store module is
+    forbidden to the service side until someone decides otherwise."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    forbidden = next(c for c in contracts if c["id"] == "store-through-protocols")["forbidden_modules"]
+    allowed = {"lastword.store", "lastword.store.protocols"}
+    for path in (PACKAGE / "store").rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        covered = module in allowed or any(module == name or module.startswith(name + ".") for name in forbidden)
+        assert covered, f"{module} is neither the store's protocols nor forbidden to the service side"
+
+
 def test_the_store_decides_nothing_about_runs() -> None:
     """The SQL store asks runstate; it raises no state error and sets no status of its own."""
-    for path in (PACKAGE / "store").glob("*.py"):
+    for path in (PACKAGE / "store").rglob("*.py"):
         source = path.read_text()
         assert not re.search(r"\b(RunEnded|TurnAlreadyEnded|NotContinuable|RunRunning|RunExists|EventIdConflict)\(",
                              source), path.name

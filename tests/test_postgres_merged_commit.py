@@ -1,4 +1,4 @@
-"""PostgreSQL's merged commit of small appends (``lastword.store.postgres_group``), below HTTP.
+"""PostgreSQL's merged commit of small appends (``lastword.store.postgres.group``), below HTTP.
 
 What every backend's group commit must do is in the store contract
 (``test_appends_sent_together_each_commit_or_fail_alone``). Here, what only the merged commit
@@ -21,9 +21,9 @@ from lastword.errors import Unreachable
 from lastword.registry import open_store
 from lastword.settings import Settings
 from lastword.store import Store
-from lastword.store.postgres import PostgresStore, driver_error
-from lastword.store.postgres_group import PostgresGroupWriter
-from lastword.store.tx import Tx
+from lastword.store.postgres.store import PostgresStore, driver_error
+from lastword.store.postgres.group import PostgresGroupWriter
+from lastword.store.sql.tx import Tx
 from psycopg_pool import ConnectionPool
 
 from tests.builders import chunk, text, turn_end

@@ -1,5 +1,5 @@
 """The SQLite WAL is checkpointed on a thread of its own, never in a commit (issue 25, the
-end → subscriber tail), and stays bounded (:mod:`lastword.store.checkpoints`)."""
+end → subscriber tail), and stays bounded (:mod:`lastword.store.sqlite.checkpoints`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lastword.rules.ds import AppendRequest, CreateRequest
-from lastword.store.checkpoints import WAL_FRAMES, WRITER_CHECKPOINTS_PAST, Checkpointer, never_checkpoint
-from lastword.store.sqlite import SqliteStore, enable_wal
+from lastword.store.sqlite.checkpoints import WAL_FRAMES, WRITER_CHECKPOINTS_PAST, Checkpointer, never_checkpoint
+from lastword.store.sqlite.store import SqliteStore, enable_wal
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from lastword.store.sqlite import SqliteStore
+from lastword.store.sqlite.store import SqliteStore
 
 #: Loop turns another task must get while the store closes.
 TURNS = 100

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from lastword.metrics import Metrics
 from lastword.rules.records import WebhookTarget
-from lastword.store.sqlite import SqliteStore
+from lastword.store.sqlite.store import SqliteStore
 from lastword.webhooks.sender import WebhookSender
 
 from tests.receiver import Answer, Receiver

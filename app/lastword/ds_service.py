@@ -1,6 +1,6 @@
 """The Durable Streams use cases (SPEC §17): what ``/ds/`` asks of the store, and live waits.
 
-Every write is one store transaction (:mod:`lastword.store.ds`); once it commits, the readers
+Every write is one store transaction (:mod:`lastword.store.sql.ds`); once it commits, the readers
 parked on that stream here are woken and read the log again. A reader never takes data from the
 wake-up itself, only from the log, so a wake-up lost or repeated costs a read, never an entry.
 

@@ -37,7 +37,7 @@ class Backend:
 
 
 def _sqlite(settings: Settings, hub: Hub | None, **options: Any) -> Store:
-    from lastword.store.sqlite import SqliteStore
+    from lastword.store.sqlite.store import SqliteStore
 
     # One process hears every commit: chunks nobody here follows need not be made for the hub.
     # Workers sharing the file are replicas: another one's subscriber may want any chunk.
@@ -49,7 +49,7 @@ def _sqlite(settings: Settings, hub: Hub | None, **options: Any) -> Store:
 
 
 def _postgres(settings: Settings, hub: Hub | None, **options: Any) -> Store:
-    from lastword.store.postgres import PostgresStore
+    from lastword.store.postgres.store import PostgresStore
 
     # Another replica's subscriber may want any chunk: chunks are always made for the notices.
     return PostgresStore(settings.database_url, default_lease_seconds=settings.lease_seconds,
@@ -65,7 +65,7 @@ def _local(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
 def _notify(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     from lastword.fanout.local import NoticeFanout
     from lastword.fanout.notify import NoticeListener
-    from lastword.store.postgres import PostgresStore
+    from lastword.store.postgres.store import PostgresStore
 
     if not isinstance(store, PostgresStore):
         raise ValueError("the notify fan-out hears PostgreSQL's LISTEN/NOTIFY: it needs a postgresql:// database")
@@ -75,7 +75,7 @@ def _notify(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
 
 def _data_version(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     from lastword.fanout.data_version import DataVersionFanout
-    from lastword.store.sqlite import SqliteStore
+    from lastword.store.sqlite.store import SqliteStore
 
     if not isinstance(store, SqliteStore) or not store.notices:
         raise ValueError("the data_version fan-out reads the notices of a SQLite store opened for several workers")

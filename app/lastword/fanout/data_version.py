@@ -1,7 +1,7 @@
 """Commit notices between the processes sharing one SQLite file (``lastword serve --workers N``).
 
 SQLite has no ``NOTIFY``, and the workers have no server of their own to tell each other
-through. What they share is the file: with notices on (:class:`lastword.store.sqlite.SqliteStore`
+through. What they share is the file: with notices on (:class:`lastword.store.sqlite.store.SqliteStore`
 ``notices=True``), every writing transaction also inserts its commit notice — the same payload
 PostgreSQL sends (:mod:`lastword.store.notices`) — into the ``commit_notices`` table, in the
 same transaction, so a notice exists exactly when its commit does, and the table's ids are in
@@ -39,7 +39,7 @@ from lastword.fanout.hub import Hub
 from lastword.fanout.local import Deliver, NoticeFanout, Wakeups
 from lastword.fanout.notify import NoticeListener
 from lastword.rules.records import StoredEvent
-from lastword.store.sqlite import BUSY_SECONDS, SqliteStore
+from lastword.store.sqlite.store import BUSY_SECONDS, SqliteStore
 
 log = logging.getLogger("lastword")
 

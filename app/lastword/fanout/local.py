@@ -25,7 +25,7 @@ from lastword.fanout.hub import Hub
 from lastword.rules.records import StoredEvent
 from lastword.store.notices import Notice, StreamNotice
 from lastword.store.protocols import Feed, RunLog
-from lastword.store.writes import LIVE_TYPES
+from lastword.store.sql.writes import LIVE_TYPES
 
 if TYPE_CHECKING:
     from lastword.fanout.notify import NoticeListener

@@ -1,7 +1,7 @@
 """Commit notices between replicas: PostgreSQL ``LISTEN``/``NOTIFY``.
 
 Every transaction that changes a run sends, from inside the transaction, a notice naming the
-run, the ``seq`` range and the feed id it committed (:mod:`lastword.store.postgres`). PostgreSQL
+run, the ``seq`` range and the feed id it committed (:mod:`lastword.store.postgres.store`). PostgreSQL
 delivers it to every listening session when the transaction commits, and in commit order. Each
 replica listens on one connection of its own and hands the notices, in that order and in
 batches, to :meth:`lastword.fanout.local.NoticeFanout.publish`, which reads from the log what its
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from lastword.store.notices import Notice, StreamNotice, parse_notice
-from lastword.store.postgres import LINK_CHECKS
+from lastword.store.postgres.store import LINK_CHECKS
 
 log = logging.getLogger("lastword")
 

@@ -22,4 +22,4 @@ __all__ = [
 
 
 class Store(Lifetime, RunLog, Feed, Outbox, Retention, Stats, Streams, Protocol):
-    """Every operation: what a backend implements (:class:`lastword.store.sql.SqlStore`)."""
+    """Every operation: what a backend implements (:class:`lastword.store.sql.store.SqlStore`)."""

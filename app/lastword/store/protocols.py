@@ -1,7 +1,7 @@
 """The storage contract, in small protocols: each names what one part of the service needs.
 
 :class:`lastword.store.base.Store` is all of them, and each backend
-(:class:`lastword.store.sql.SqlStore`) is a ``Store``; a caller names only the protocols it
+(:class:`lastword.store.sql.store.SqlStore`) is a ``Store``; a caller names only the protocols it
 uses (the webhook sender an :class:`Outbox`, the fan-out a :class:`Feed` and a :class:`RunLog`),
 and each protocol has its own abstract test suite that every backend runs
 (``tests/store_contract.py``). Every operation is atomic and durable when it returns.
@@ -247,7 +247,7 @@ class Outbox(Protocol):
 
 
 class Streams(Protocol):
-    """Durable Streams (SPEC §17, :mod:`lastword.store.ds`)."""
+    """Durable Streams (SPEC §17, :mod:`lastword.store.sql.ds`)."""
 
     @abc.abstractmethod
     async def ds_create(self, request: CreateRequest, now: float) -> Outcome:

@@ -4,7 +4,7 @@ A run created with ``webhook: {url, secret?}`` has each ``subagent/end`` POSTed 
 Standard Webhooks form. This module holds the rules: which targets are allowed, the signature
 headers, the backoff between attempts and when a delivery gives up. The payload and the stable
 ``webhook-id``, which the store writes in the end's transaction, are
-:mod:`lastword.rules.webhook_payload`'s; the outbox rows live in :mod:`lastword.store.outbox`; the
+:mod:`lastword.rules.webhook_payload`'s; the outbox rows live in :mod:`lastword.store.sql.outbox`; the
 sender that works through them is :mod:`lastword.webhooks.sender`.
 
 Choices made here:

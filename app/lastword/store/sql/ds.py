@@ -7,7 +7,7 @@ stream's ``uid``, which is new at every creation, so a stream made again at a de
 shares nothing with the old one), and ``ds_producers`` (each idempotent producer's epoch and
 last seq, written in the same transaction as the entries they vouch for).
 
-A fork copies the entries it inherits when it is made, as run forks do (:mod:`lastword.store.forks`):
+A fork copies the entries it inherits when it is made, as run forks do (:mod:`lastword.store.sql.forks`):
 reads never stitch across streams, and a source's deletion cannot take a fork's beginning
 with it. A source with forks is only soft-deleted (its row stays, 410, its path blocked) until
 its last fork goes; then it goes too, up the chain.
@@ -24,7 +24,7 @@ from typing import Any
 from lastword.errors import DsRefusal
 from lastword.rules import ds
 from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Slice, StreamState
-from lastword.store.tx import Tx
+from lastword.store.sql.tx import Tx
 
 
 def schema(binary: str) -> str:

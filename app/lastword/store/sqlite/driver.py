@@ -3,7 +3,7 @@ it would store that PostgreSQL cannot.
 
 The same bad input gets the same answer on both backends: PostgreSQL refuses a value
 its columns cannot hold (a NUL character in a text, a number past ``BIGINT``) with a
-``DataError`` that :func:`lastword.store.postgres.driver_error` makes 422
+``DataError`` that :func:`lastword.store.postgres.store.driver_error` makes 422
 ``unstorable_value``; SQLite would store the NUL, so :class:`SqliteTx` refuses it first, and
 :func:`driver_error` gives its own value errors the same 422. Anything else the driver raises
 is the store failing, not the client: 503.
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from lastword.errors import LastwordError, Unavailable, UnstorableValue
-from lastword.store.tx import Tx
+from lastword.store.sql.tx import Tx
 
 #: Errors of a value the client sent, not of the store (``OverflowError``: an int past 64 bits).
 VALUE_ERRORS = (sqlite3.DataError, OverflowError)

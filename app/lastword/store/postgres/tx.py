@@ -1,7 +1,7 @@
 """PostgreSQL's transaction: statements nobody waits for are held back and sent in a pipeline.
 
-:class:`PipelinedTx` is every PostgreSQL transaction of :mod:`lastword.store.postgres`; the
-merged commit of single appends (:mod:`lastword.store.postgres_group`) runs many writes in one.
+:class:`PipelinedTx` is every PostgreSQL transaction of :mod:`lastword.store.postgres.store`; the
+merged commit of single appends (:mod:`lastword.store.postgres.group`) runs many writes in one.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from lastword.store.tx import Holds, Tx
+from lastword.store.sql.tx import Holds, Tx
 
 
 @functools.lru_cache(maxsize=512)

@@ -7,7 +7,7 @@ Durability modes (``LASTWORD_DURABILITY``):
 * ``full`` — WAL with ``synchronous=FULL``: every commit is fsynced; it survives a power cut.
 
 All writes go through one thread that commits whatever is pending in one transaction (group
-commit, :mod:`lastword.store.group`), so transactions never wait on each other's locks and a
+commit, :mod:`lastword.store.sql.batch`), so transactions never wait on each other's locks and a
 burst of small requests shares one commit; reads use a small pool of threads, each with its own
 connection (WAL readers do not block the writer).
 """
@@ -24,19 +24,19 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from lastword.errors import LastwordError
-from lastword.store import schema as ddl
-from lastword.store.checkpoints import Checkpointer, never_checkpoint
-from lastword.store.dialect import NOTICES_TABLE, SqliteDialect
-from lastword.store.group import GroupWriter
-from lastword.store.migrations import upgrade_schema
-from lastword.store.sql import SqlStore
-from lastword.store.sqlite_driver import SqliteTx, driver_error, is_driver_error
-from lastword.store.tx import Tx, run_in
+from lastword.store.sql import schema as ddl
+from lastword.store.sqlite.checkpoints import Checkpointer, never_checkpoint
+from lastword.store.sql.dialect import NOTICES_TABLE, SqliteDialect
+from lastword.store.sqlite.group import GroupWriter
+from lastword.store.sql.migrations import upgrade_schema
+from lastword.store.sql.store import SqlStore
+from lastword.store.sqlite.driver import SqliteTx, driver_error, is_driver_error
+from lastword.store.sql.tx import Tx, run_in
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: Schema versions (lastword.store.schema, written once for both backends).
+#: Schema versions (lastword.store.sql.schema, written once for both backends).
 MIGRATIONS = ddl.migrations(ddl.SQLITE)
 
 SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}

@@ -3,7 +3,7 @@ that differ filled in per backend (:class:`ColumnTypes`), and the one list of ve
 
 ``migrations(types)[i]`` takes a database from schema version ``i`` to ``i + 1`` (a step that
 moves data too is a function: version 7 fills the run option columns in from old runs' ``spec``)
-(:func:`lastword.store.migrations.upgrade_schema` applies the ones a database lacks). A new
+(:func:`lastword.store.sql.migrations.upgrade_schema` applies the ones a database lacks). A new
 version is appended here, once, and both backends get it: the two lists cannot drift apart.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lastword.store import ds, forks
-from lastword.store.migrations import Step, run_statements
-from lastword.store.rows import loads
-from lastword.store.tx import Tx
+from lastword.store.sql import ds, forks
+from lastword.store.sql.migrations import Step, run_statements
+from lastword.store.sql.rows import loads
+from lastword.store.sql.tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ CREATE TABLE IF NOT EXISTS deleted_runs (run_id TEXT PRIMARY KEY, deleted_at {do
 CREATE INDEX IF NOT EXISTS runs_by_age ON runs (status, updated_at)
 """
 
-#: Webhooks: each run's target, and the outbox of deliveries (lastword.store.outbox).
+#: Webhooks: each run's target, and the outbox of deliveries (lastword.store.sql.outbox).
 _V3 = """
 CREATE TABLE IF NOT EXISTS webhooks (run_id TEXT PRIMARY KEY, url TEXT NOT NULL, secret TEXT){keyed_table};
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -165,8 +165,8 @@ def migrations(types: ColumnTypes) -> tuple[Step, ...]:
         _V1.format(**spell),
         _V2.format(**spell),
         _V3.format(**spell),
-        forks.SCHEMA,  # v4: forks' inherited history (lastword.store.forks)
+        forks.SCHEMA,  # v4: forks' inherited history (lastword.store.sql.forks)
         _V5,
-        ds.schema(types.binary),  # v6: Durable Streams (lastword.store.ds)
+        ds.schema(types.binary),  # v6: Durable Streams (lastword.store.sql.ds)
         _v7(_V7.format(**spell)),
     )

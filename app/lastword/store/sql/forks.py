@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 from lastword.errors import ForkAfterSeqOutOfRange, ForkParentNotFound
 from lastword.rules.records import StoredEvent
 from lastword.rules.transcript import HISTORY_TYPES
-from lastword.store.rows import loads
+from lastword.store.sql.rows import loads
 
 
 SCHEMA = """

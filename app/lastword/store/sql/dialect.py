@@ -1,14 +1,14 @@
 """What differs between the SQL backends, as the shared queries ask for it: one dialect object
-per backend (:class:`SqliteDialect` here, :class:`lastword.store.postgres.PostgresDialect`),
-held by the store (:class:`lastword.store.sql.SqlStore`) and handed to the queries."""
+per backend (:class:`SqliteDialect` here, :class:`lastword.store.postgres.store.PostgresDialect`),
+held by the store (:class:`lastword.store.sql.store.SqlStore`) and handed to the queries."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from lastword.store.notices import Notice, StreamNotice
-from lastword.store.rows import EVENT_COLUMNS
-from lastword.store.tx import Tx
+from lastword.store.sql.rows import EVENT_COLUMNS
+from lastword.store.sql.tx import Tx
 
 #: SQLite's commit notices, for processes sharing the file (PostgreSQL sends them as NOTIFY):
 #: the payloads of :mod:`lastword.store.notices`, in commit order. The newest row is never

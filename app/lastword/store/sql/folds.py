@@ -22,8 +22,8 @@ import orjson
 
 from lastword.rules.fold import JOIN_STOPPING_TYPES, TurnFold
 from lastword.rules.records import RunRecord
-from lastword.store.rows import FOLD_EVENT_TYPES, loads
-from lastword.store.tx import Tx
+from lastword.store.sql.rows import FOLD_EVENT_TYPES, loads
+from lastword.store.sql.tx import Tx
 
 #: Folds kept at most (``SqlStore(fold_cache_size=…)``).
 FOLD_CACHE_SIZE = 50_000

@@ -4,7 +4,7 @@ On PostgreSQL every exchange with the server is a round trip (about 0.45 ms for 
 on the two-core bench machine), and an append on its own transaction waits for three of
 them (``BEGIN`` with the run's row lock, the ``INSERT``, the ``UPDATE`` with the ``COMMIT``),
 each on a thread of its own that hands the GIL back and forth. Here one writer thread per
-replica takes the small appends that are pending (:class:`~lastword.store.group.BatchWriter`)
+replica takes the small appends that are pending (:class:`~lastword.store.sql.batch.BatchWriter`)
 and commits them together in two exchanges:
 
 1. ``BEGIN`` with one ``SELECT … FOR UPDATE`` of every run the batch writes, in run id order;
@@ -47,10 +47,10 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lastword.errors import LastwordError, Unavailable, Unreachable
-from lastword.store.group import BatchWriter, Job
-from lastword.store.postgres_tx import PipelinedTx, to_pyformat
-from lastword.store.rows import RUN_COLUMNS, RUN_ID_COLUMN
-from lastword.store.tx import Holds, Tx
+from lastword.store.sql.batch import BatchWriter, Job
+from lastword.store.postgres.tx import PipelinedTx, to_pyformat
+from lastword.store.sql.rows import RUN_COLUMNS, RUN_ID_COLUMN
+from lastword.store.sql.tx import Holds, Tx
 
 log = logging.getLogger("lastword")
 

@@ -1,10 +1,10 @@
-"""Schema versions: applying the steps of :mod:`lastword.store.schema` that a database lacks."""
+"""Schema versions: applying the steps of :mod:`lastword.store.sql.schema` that a database lacks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from lastword.store.tx import Tx
+from lastword.store.sql.tx import Tx
 
 #: One schema version's step: statements (``;``-separated), or a function that also moves data.
 Step = str | Callable[[Tx], None]

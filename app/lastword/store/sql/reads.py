@@ -9,9 +9,9 @@ from lastword.errors import RunDeleted, RunNotFound, TurnNotFound
 from lastword.rules import lifecycle
 from lastword.rules.records import RunRecord, RunStatus, StoredEvent, TurnRecord
 from lastword.rules.stop_reasons import StopReason
-from lastword.store.dialect import Dialect
-from lastword.store.retention import deleted_at
-from lastword.store.rows import (
+from lastword.store.sql.dialect import Dialect
+from lastword.store.sql.retention import deleted_at
+from lastword.store.sql.rows import (
     EVENT_COLUMNS,
     RUN_COLUMNS,
     TURN_COLUMNS,
@@ -20,7 +20,7 @@ from lastword.store.rows import (
     run_from_row,
     turn_from_row,
 )
-from lastword.store.tx import Tx
+from lastword.store.sql.tx import Tx
 
 #: Most runs one sweep ends; the next sweep takes the rest.
 EXPIRED_BATCH = 500

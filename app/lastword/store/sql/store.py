@@ -1,8 +1,8 @@
 """The store over SQL, written once over DB-API connections, shared by SQLite and PostgreSQL.
 
 Each write is one transaction that a backend runs in a worker thread: read the run under its
-row lock (and the open turn's fold under its lock, :mod:`lastword.store.folds`), ask the run
-state machine (:mod:`lastword.rules.runstate`) what changes, persist that (:mod:`lastword.store.writes`).
+row lock (and the open turn's fold under its lock, :mod:`lastword.store.sql.folds`), ask the run
+state machine (:mod:`lastword.rules.runstate`) what changes, persist that (:mod:`lastword.store.sql.writes`).
 This module decides nothing about runs or turns; it sequences reads, decisions and writes.
 """
 
@@ -30,11 +30,11 @@ from lastword.rules.records import (
 from lastword.rules.runstate import Change
 from lastword.rules.stop_reasons import StopReason
 from lastword.rules.ds import AppendRequest, CreateRequest, Outcome, Producer, Slice
-from lastword.store import ds, forks, outbox, reads, retention, writes
+from lastword.store.sql import ds, forks, outbox, reads, retention, writes
 from lastword.store.base import Store
-from lastword.store.dialect import Dialect
-from lastword.store.folds import FOLD_CACHE_BYTES, FOLD_CACHE_SIZE, FoldCache, FoldSlot, caught_up
-from lastword.store.tx import Tx
+from lastword.store.sql.dialect import Dialect
+from lastword.store.sql.folds import FOLD_CACHE_BYTES, FOLD_CACHE_SIZE, FoldCache, FoldSlot, caught_up
+from lastword.store.sql.tx import Tx
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -70,7 +70,7 @@ def _batched_ids(events: Sequence[dict[str, Any]]) -> list[str]:
 
 class SqlStore(Store):
     """The operations over SQL; subclasses bring connections, schema and transactions, and the
-    dialect (:mod:`lastword.store.dialect`) the queries ask what differs."""
+    dialect (:mod:`lastword.store.sql.dialect`) the queries ask what differs."""
 
     def __init__(
         self, dialect: Dialect, *, default_lease_seconds: float, fold_cache_size: int = FOLD_CACHE_SIZE,
@@ -357,7 +357,7 @@ class SqlStore(Store):
     async def count_runs(self) -> dict[str, int]:
         return await self._read(reads.count_runs)
 
-    # -- the webhook outbox (lastword.store.outbox) -----------------------------------------
+    # -- the webhook outbox (lastword.store.sql.outbox) -----------------------------------------
 
     async def claim_deliveries(self, now: float, lease_seconds: float, limit: int) -> list[DeliveryJob]:
         return await self._write(outbox.claim, self.dialect.claim_clause, now, lease_seconds, limit)
@@ -384,7 +384,7 @@ class SqlStore(Store):
     async def next_delivery_due(self) -> float | None:
         return await self._read(outbox.next_due)
 
-    # -- Durable Streams (lastword.store.ds) ---------------------------------------------
+    # -- Durable Streams (lastword.store.sql.ds) ---------------------------------------------
 
     async def ds_create(self, request: CreateRequest, now: float) -> Outcome:
         return await self._write(self._ds_create, request, now)

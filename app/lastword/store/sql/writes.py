@@ -14,10 +14,10 @@ from lastword.rules.lifecycle import LIFECYCLE_TYPES
 from lastword.rules.records import RunRecord, StoredEvent
 from lastword.rules.runstate import Appended, Change, NewEvent
 from lastword.rules.webhook_payload import payload, webhook_id
-from lastword.store import outbox
-from lastword.store.dialect import Dialect
-from lastword.store.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
-from lastword.store.tx import Tx
+from lastword.store.sql import outbox
+from lastword.store.sql.dialect import Dialect
+from lastword.store.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
+from lastword.store.sql.tx import Tx
 
 #: Events the service hands to its live subscribers after a commit.
 LIVE_TYPES = frozenset({"assistant/chunk"}) | LIFECYCLE_TYPES

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lastword.store import ds
-from lastword.store.tx import Tx
+from lastword.store.sql import ds
+from lastword.store.sql.tx import Tx
 
 #: The tables that hold a run's rows, children first. Its webhook deliveries go too, except
 #: pending ones, which stay (small) so that they are still made: an end is never dropped

@@ -16,7 +16,7 @@ it if refused, as every write was before.
 A held statement that SQLite refuses when it is sent, in a write without a savepoint, may
 have left part of the write behind (an ``executemany`` stops at the failing row): the writer
 then gives up the transaction and runs the batch again, a savepoint per write
-(:class:`~lastword.store.group.GroupWriter`).
+(:class:`~lastword.store.sqlite.group.GroupWriter`).
 
 An append reads its run's row first, then the events its run's log holds under the eventIds it
 carries. A batch of appends to many runs (a fleet of children, a delta each) has those rows read
@@ -32,9 +32,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lastword.store.rows import RUN_COLUMNS, RUN_ID_COLUMN
-from lastword.store.sqlite_driver import SqliteTx, refuse_nul
-from lastword.store.tx import Holds
+from lastword.store.sql.rows import RUN_COLUMNS, RUN_ID_COLUMN
+from lastword.store.sqlite.driver import SqliteTx, refuse_nul
+from lastword.store.sql.tx import Holds
 
 
 class HeldChangeFailed(Exception):

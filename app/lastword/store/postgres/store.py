@@ -1,6 +1,6 @@
 """The PostgreSQL backend: several replicas on one database.
 
-The logic is :mod:`lastword.store.sql`'s and :mod:`lastword.rules.runstate`'s, unchanged; this module
+The logic is :mod:`lastword.store.sql.store`'s and :mod:`lastword.rules.runstate`'s, unchanged; this module
 brings what only PostgreSQL does:
 
 * **Order per run.** Every change to a run starts with ``SELECT … FOR UPDATE`` on its row, so
@@ -21,8 +21,8 @@ brings what only PostgreSQL does:
   upgrade it one after the other.
 
 Connections are synchronous psycopg connections from a :class:`psycopg_pool.ConnectionPool`,
-used from a thread pool (see :mod:`lastword.store.tx` for why); small appends are committed
-together by one writer thread instead (:mod:`lastword.store.postgres_group`). Every driver or
+used from a thread pool (see :mod:`lastword.store.sql.tx` for why); small appends are committed
+together by one writer thread instead (:mod:`lastword.store.postgres.group`). Every driver or
 pool failure becomes :class:`lastword.errors.Unavailable` here, once; a connection found dead
 before its transaction could commit is discarded and the transaction retried on a fresh one,
 so a replica recovers by itself when the database comes back. A failure during ``COMMIT``
@@ -48,15 +48,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from lastword.errors import LastwordError, Unavailable, Unreachable, UnstorableValue
 from lastword.rules.ds import Producer
 from lastword.rules.records import AppendOutcome
-from lastword.store import schema as ddl
-from lastword.store.migrations import upgrade_schema
+from lastword.store.sql import schema as ddl
+from lastword.store.sql.migrations import upgrade_schema
 from lastword.store.notices import Notice, StreamNotice
-from lastword.store.dialect import insert_event_rows
-from lastword.store.rows import EVENT_COLUMNS
-from lastword.store.sql import SqlStore
-from lastword.store.postgres_group import PostgresGroupWriter
-from lastword.store.postgres_tx import PipelinedTx
-from lastword.store.tx import Tx, run_in
+from lastword.store.sql.dialect import insert_event_rows
+from lastword.store.sql.rows import EVENT_COLUMNS
+from lastword.store.sql.store import SqlStore
+from lastword.store.postgres.group import PostgresGroupWriter
+from lastword.store.postgres.tx import PipelinedTx
+from lastword.store.sql.tx import Tx, run_in
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -87,7 +87,7 @@ ATTEMPTS = 3
 LINK_CHECKS: dict[str, int] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
                                "keepalives_count": 3, "tcp_user_timeout": 10_000}
 
-#: Schema versions (lastword.store.schema, written once for both backends).
+#: Schema versions (lastword.store.sql.schema, written once for both backends).
 MIGRATIONS = ddl.migrations(ddl.POSTGRES)
 
 #: Reads see one snapshot for all their statements (a run and its turn agree).
@@ -168,7 +168,7 @@ def driver_error(error: psycopg.Error | PoolTimeout) -> LastwordError:
     """The one mapping of what psycopg or its pool raised to what the client is told.
 
     A value PostgreSQL cannot hold (a NUL character in a text, a number past its column) is the
-    client's: 422 ``unstorable_value``, as SQLite answers it (:mod:`lastword.store.sqlite_driver`).
+    client's: 422 ``unstorable_value``, as SQLite answers it (:mod:`lastword.store.sqlite.driver`).
     Anything else is the store failing: 503.
     """
     if isinstance(error, PoolTimeout):
@@ -312,7 +312,7 @@ class PostgresStore(SqlStore):
     ) -> AppendOutcome:
         if len(events) >= COPY_FROM:
             return await super().append(run_id, events, now, encoded)  # a batch: its own COPY
-        # A small append commits with the others pending (lastword.store.postgres_group).
+        # A small append commits with the others pending (lastword.store.postgres.group).
         return await self._merged.submit(lambda tx: self._append(tx, run_id, events, now, encoded), run_id)
 
     async def append_as_producer(

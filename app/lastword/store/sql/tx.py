@@ -87,14 +87,14 @@ class Tx:
         """The run's row, if this transaction locked it before the write began (None: select it).
 
         PostgreSQL's merged commit locks the rows of a whole batch in one statement
-        (:mod:`lastword.store.postgres_group`); each is handed out once, to the batch's first
+        (:mod:`lastword.store.postgres.group`); each is handed out once, to the batch's first
         write on that run, since the writes after it see it changed."""
         return None
 
     def stored_ids(self, run_id: str, ids: list[str]) -> list[Any] | None:
         """The ``(event_id, body)`` rows the run's log holds under ``ids``, if this transaction read
         them before the write began (None: select them). SQLite's group commit reads those of a
-        batch's appends in one statement (:class:`lastword.store.sqlite_held.BatchRuns`)."""
+        batch's appends in one statement (:class:`lastword.store.sqlite.held.BatchRuns`)."""
         return None
 
     def _execute(self, sql: str, params: Sequence[Any]) -> None:

@@ -1,7 +1,7 @@
 """The webhook outbox: delivery rows written with the end they announce, leased to one sender.
 
 * A delivery row is inserted by the same transaction that stores its ``subagent/end``
-  (:func:`enqueue`, called from :mod:`lastword.store.writes`), so an end is never committed
+  (:func:`enqueue`, called from :mod:`lastword.store.sql.writes`), so an end is never committed
   without its delivery, nor a delivery without its end.
 * A sender *leases* due rows (:func:`claim`): it sets ``leased_until`` on rows that are due and
   not leased, in one statement whose subquery PostgreSQL runs with ``FOR UPDATE SKIP LOCKED``;
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from lastword.rules.records import Delivery, DeliveryJob, WebhookTarget
-from lastword.store.rows import dumps, loads
-from lastword.store.tx import Tx
+from lastword.store.sql.rows import dumps, loads
+from lastword.store.sql.tx import Tx
 
 _DELIVERY_COLUMNS = "id, webhook_id, run_id, turn, state, attempts, last_status, next_attempt_at"
 
