@@ -72,11 +72,22 @@ def shared_api(shared_base_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+def accepted(response: httpx.Response) -> dict[str, Any]:
+    """The answer to a request that must have been taken (200 or 201)."""
+    assert response.status_code in (200, 201), response.text
+    return dict(response.json())
+
+
 def logged(api: httpx.Client, run_id: str) -> list[dict[str, Any]]:
-    """The run's whole log, as ``{seq, turn, receivedAt, event}`` items."""
-    response = api.get(f"/v1/runs/{run_id}/events", params={"limit": 1000})
-    assert response.status_code == 200, response.text
-    return list(response.json()["events"])
+    """The run's whole log, as ``{seq, turn, receivedAt, event}`` items, page by page."""
+    items: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = accepted(api.get(f"/v1/runs/{run_id}/events", params={"after": after, "limit": 1000}))
+        if not page["events"]:
+            return items
+        items.extend(page["events"])
+        after = page["nextAfter"]
 
 
 def of_type(api: httpx.Client, run_id: str, kind: str) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,23 @@ from lastword.server import LastwordServer, uvicorn_config
 from lastword.settings import Settings
 
 
+#: Ports handed to servers the tests start: below Linux's ephemeral range (32768-60999 by
+#: default). A port the kernel picked from that range (bind to 0) and let go could be taken again,
+#: before the server binds it, by any outgoing connection of the many clients running meanwhile;
+#: seen as "address already in use" when several suites shared the machine.
+SERVER_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on now, for a server a test is about to start."""
+    while True:
+        port = random.choice(SERVER_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 class ThreadedServer(LastwordServer):

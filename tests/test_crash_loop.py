@@ -33,6 +33,7 @@ from lastword.rules.fold import TurnFold, final_assistant_output
 from lastword.rules.lifecycle import LIFECYCLE_TYPES
 from lastword.rules.stop_reasons import ACCEPTED_INPUTS, normalise_stop_reason
 
+from tests.api_helpers import logged
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -95,24 +96,16 @@ class Gate:
             self._condition.notify_all()
 
 
-class Producer:
-    """One client thread: a seeded script of batches, turn ends and new turns over its runs."""
+class Retrying:
+    """A client thread's requests, each sent again after every lost connection or 503 until the
+    service answers; only while the gate lets requests through (never across a kill)."""
 
-    def __init__(self, index: int, url: str, gate: Gate, stop: threading.Event) -> None:
-        self.index = index
-        self.rng = random.Random(SEED + index)
-        self.gate = gate
-        self.stop = stop
-        self.client = httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT)
-        self.runs = [RunScript(f"crash-{index}-{n}") for n in range(RUNS_PER_PRODUCER)]
-        self.counter = 0
-        self.retries = 0
-        self.failure: BaseException | None = None
-
-    # -- requests that are retried until they are answered ------------------------------------
+    rng: random.Random
+    gate: Gate
+    client: httpx.Client
+    retries: int
 
     def until_answered(self, send: Callable[[], httpx.Response]) -> httpx.Response:
-        """``send()`` again after every lost connection or 503, until the service answers."""
         deadline = time.monotonic() + TEST_DEADLINE
         while time.monotonic() < deadline:
             with self.gate.passage():
@@ -125,6 +118,21 @@ class Producer:
             self.retries += 1
             time.sleep(self.rng.uniform(0.05, 0.15))
         raise AssertionError("the service did not answer in time")
+
+
+class Producer(Retrying):
+    """One client thread: a seeded script of batches, turn ends and new turns over its runs."""
+
+    def __init__(self, index: int, url: str, gate: Gate, stop: threading.Event) -> None:
+        self.index = index
+        self.rng = random.Random(SEED + index)
+        self.gate = gate
+        self.stop = stop
+        self.client = httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT)
+        self.runs = [RunScript(f"crash-{index}-{n}") for n in range(RUNS_PER_PRODUCER)]
+        self.counter = 0
+        self.retries = 0
+        self.failure: BaseException | None = None
 
     def post(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.until_answered(lambda: self.client.post(path, **kwargs))
@@ -221,17 +229,6 @@ class Producer:
             self.client.close()
 
 
-def whole_log(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        response = client.get(f"/v1/runs/{run_id}/events", params={"after": after, "limit": 1000})
-        assert response.status_code == 200, response.text
-        page = response.json()
-        if not page["events"]:
-            return entries
-        entries.extend(page["events"])
-        after = page["nextAfter"]
 
 
 def check_run(client: httpx.Client, script: RunScript) -> int:
@@ -242,7 +239,7 @@ def check_run(client: httpx.Client, script: RunScript) -> int:
         assert not sent, "a run that took events is gone"
         return 0
     run = run_response.json()
-    log = whole_log(client, script.run_id)
+    log = logged(client, script.run_id)
     assert [entry["seq"] for entry in log] == list(range(1, run["lastSeq"] + 1)), "seq has a gap or a repeat"
 
     produced = [(entry["turn"], entry["event"]) for entry in log if entry["event"]["type"] not in LIFECYCLE_TYPES]

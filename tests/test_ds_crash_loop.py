@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import orjson
 import pytest
 
 from tests.servers import ServerProcess
-from tests.test_crash_loop import GATE_TIMEOUT, REQUEST_TIMEOUT, TEST_DEADLINE, Gate
+from tests.test_crash_loop import GATE_TIMEOUT, REQUEST_TIMEOUT, TEST_DEADLINE, Gate, Retrying
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +49,7 @@ class StreamScript:
     seq: int = 0
 
 
-class Producer:
+class Producer(Retrying):
     """One client thread appending to its stream of one kind, retrying until answered."""
 
     def __init__(self, kind: str, url: str, gate: Gate, stop: threading.Event) -> None:
@@ -61,20 +60,6 @@ class Producer:
         self.script = StreamScript(kind, f"/ds/runs/ds-crash-{kind}" if kind == "run" else f"/ds/crash/{kind}")
         self.retries = 0
         self.failure: BaseException | None = None
-
-    def until_answered(self, send: Callable[[], httpx.Response]) -> httpx.Response:
-        deadline = time.monotonic() + TEST_DEADLINE
-        while time.monotonic() < deadline:
-            with self.gate.passage():
-                try:
-                    response = send()
-                except httpx.TransportError:
-                    response = None
-            if response is not None and response.status_code != 503:
-                return response
-            self.retries += 1
-            time.sleep(self.rng.uniform(0.05, 0.15))
-        raise AssertionError("the service did not answer in time")
 
     def entries(self, number: int) -> list[Any]:
         if self.script.kind == "bytes":

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
+from tests.api_helpers import accepted, logged
 from tests.builders import chunk, message, usage
 from tests.servers import ServerProcess
 
@@ -52,20 +53,8 @@ def ndjson(*events: dict[str, Any]) -> bytes:
     return b"".join(orjson.dumps(event) + b"\n" for event in events)
 
 
-def accepted(response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code in (200, 201), response.text
-    return dict(response.json())
 
 
-def whole_log(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = accepted(client.get(f"/v1/runs/{run_id}/events", params={"after": after, "limit": 1000}))
-        if not page["events"]:
-            return events
-        events.extend(page["events"])
-        after = page["nextAfter"]
 
 
 def state(client: httpx.Client, run_id: str) -> dict[str, Any]:
@@ -73,7 +62,7 @@ def state(client: httpx.Client, run_id: str) -> dict[str, Any]:
     run = accepted(client.get(f"/v1/runs/{run_id}"))
     results = [accepted(client.get(f"/v1/runs/{run_id}/result", params={"turn": turn}))
                for turn in range(1, run["turn"] + 1)]
-    return {"run": run, "results": results, "log": whole_log(client, run_id)}
+    return {"run": run, "results": results, "log": logged(client, run_id)}
 
 
 def test_every_acknowledged_event_and_result_survives_kill_9(server: ServerProcess) -> None:
@@ -186,7 +175,7 @@ def test_every_acknowledged_batch_is_wholly_present_after_kill_9_mid_stream(serv
     assert not producer.is_alive()
 
     with restarted(server) as client:
-        stored = [entry for entry in whole_log(client, run_id) if entry["event"]["type"] == "assistant/chunk"]
+        stored = [entry for entry in logged(client, run_id) if entry["event"]["type"] == "assistant/chunk"]
     batches: dict[int, list[str]] = {}
     for entry in stored:
         batch, index = entry["event"]["eventId"][1:].split("-")
@@ -218,7 +207,7 @@ def test_a_stream_resumes_across_a_restart_with_nothing_lost_or_repeated(server:
         with connect_sse(client, "GET", f"/v1/runs/{run_id}/stream?include=chunks",
                          headers={"Last-Event-ID": received[-1].id}) as source:
             received.extend(source.iter_sse())
-        logged = [entry for entry in whole_log(client, run_id) if entry["seq"] > int(snapshot.id)]
-    assert [(int(e.id), e.event) for e in received] == [(x["seq"], x["event"]["type"]) for x in logged]
+        since = [entry for entry in logged(client, run_id) if entry["seq"] > int(snapshot.id)]
+    assert [(int(e.id), e.event) for e in received] == [(x["seq"], x["event"]["type"]) for x in since]
     assert received[-1].event == "subagent/end"
     assert '"lastAssistantMessage":[{"type":"text","text":"one two three"}]' in received[-1].data

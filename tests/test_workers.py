@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api_helpers import accepted, logged
 from tests.builders import chunk
 from tests.polling import wait_until
 from tests.servers import free_port
@@ -121,20 +122,8 @@ def workers(database_url: str, count: int = 2, **env: str) -> Iterator[Workers]:
         served.stop()
 
 
-def accepted(response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code in (200, 201), response.text
-    return dict(response.json())
 
 
-def whole_log(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = accepted(client.get(f"/v1/runs/{run_id}/events", params={"after": after, "limit": 1000}))
-        if not page["events"]:
-            return events
-        events.extend(page["events"])
-        after = page["nextAfter"]
 
 
 # -- one worker hears another -------------------------------------------------------------
@@ -225,7 +214,7 @@ def test_a_runs_seqs_stay_gap_free_and_in_order_when_workers_write_it_at_once(da
                 thread.join(TIMEOUT)
             assert not errors, errors
             last = accepted((a if trial % 2 else b).post(f"/v1/runs/{run_id}/events", json=[chunk("end")]))
-            log = whole_log(a, run_id)
+            log = logged(a, run_id)
             # subagent/start, then the seven chunks.
             assert [event["seq"] for event in log] == list(range(1, 9)), (trial, log)
             texts = [event["event"]["delta"]["text"] for event in log[1:]]
@@ -283,10 +272,10 @@ async def test_kill_9_of_a_worker_under_load_loses_nothing_acknowledged(database
                     await asyncio.to_thread(thread.join, TIMEOUT)
         last_id = ids(heard)[-1]
         with httpx.Client(base_url=served.own[1], timeout=TIMEOUT) as b:
-            log = whole_log(b, run_id)
+            log = logged(b, run_id)
         assert [event["seq"] for event in log] == list(range(1, len(log) + 1))
-        logged = {event["event"]["delta"]["text"].strip() for event in log if event["event"]["type"] == "assistant/chunk"}
-        assert set(acknowledged) <= logged
+        stored = {event["event"]["delta"]["text"].strip() for event in log if event["event"]["type"] == "assistant/chunk"}
+        assert set(acknowledged) <= stored
         async with httpx.AsyncClient(base_url=served.own[1], timeout=TIMEOUT) as b2:
             async with open_stream(b2, f"/v1/runs/{run_id}/stream?include=chunks",
                                    last_event_id=str(last_id)) as resumed:
