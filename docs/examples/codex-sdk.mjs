@@ -4,10 +4,10 @@ import { Codex } from "@openai/codex-sdk";
 import { createRun, intoLastword, lastWord } from "./lastword.mjs";
 
 /** One child turn: the SDK's events as `runStreamed()` yields them, streamed into run `runId`. */
-export async function child(runId, prompt, signal) {
+export async function* child(runId, prompt, signal) {
   const thread = new Codex().startThread({ skipGitRepoCheck: true });
   const { events } = await thread.runStreamed(prompt, { signal });
-  return intoLastword(events, { runId, format: "codex", signal });
+  yield* intoLastword(events, { runId, format: "codex", signal });
 }
 
 if (import.meta.filename === process.argv[1]) {
@@ -15,7 +15,7 @@ if (import.meta.filename === process.argv[1]) {
   await createRun(runId, "codex");
   let answer = "";
   try {
-    for await (const event of await child(runId, prompt)) {
+    for await (const event of child(runId, prompt)) {
       if (event.type === "item.completed" && event.item.type === "agent_message") answer = event.item.text;
     }
     console.error(`the SDK's answer: ${answer}`);

@@ -39,10 +39,10 @@ export async function* intoLastword(events, { runId, format, signal }) {
       await writer.write(JSON.stringify(event) + "\n");
       yield event;
     }
-    ending = { stopReason: "error", error: { type: "no_terminal_event", message: "no last line" } };
+    ending = { stopReason: "error", error: { type: "no_terminal_event", message: "the child printed no last line" } };
   } catch (error) {
     ending = signal?.aborted ? { stopReason: "cancelled" }
-      : { stopReason: "error", error: { type: error.name, message: String(error.message) } };
+      : { stopReason: "error", error: { type: error?.name ?? "Error", message: String(error?.message ?? error) } };
     throw error;
   } finally {
     await writer.close();

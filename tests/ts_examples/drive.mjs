@@ -32,7 +32,7 @@ function onEvent(event) {
 
 await createRun(runId, sdk);
 try {
-  const events = sdk === "claude" ? claude.child(runId, prompt, controller) : await codex.child(runId, prompt, controller.signal);
+  const events = sdk === "claude" ? claude.child(runId, prompt, controller) : codex.child(runId, prompt, controller.signal);
   for await (const event of events) {
     if (onEvent(event)) {
       seen.left = true;
