@@ -137,3 +137,16 @@ def test_every_operation_has_an_example_that_is_valid(document: dict[str, Any]) 
         for status, media, content in shown:
             if media == "application/json":
                 _check_example(content["schema"], content["example"], f"{where} {status}")
+
+
+def test_sdk_users_are_told_to_stream_a_childs_turn_in_one_request(document: dict[str, Any]) -> None:
+    """A parent SDK's user reads, on the ingest operation, how to send a child's turn (SPEC §19):
+    one streamed request per turn (not one per message), closed in a ``finally``, and the turn
+    ended when the answer has no stop reason."""
+    operation = document["paths"]["/v1/runs/{runId}/ingest/{format}"]["post"]
+    description = " ".join(operation["description"].split())
+    for said in ("one streamed request", "not one request per message", 'duplex: "half"', "`finally`",
+                 "An answer without `stopReason`", "POST /v1/runs/{runId}/end"):
+        assert said in description, said
+    ndjson = operation["requestBody"]["content"]["application/x-ndjson"]["schema"]["description"]
+    assert "whole turn in one body" in ndjson

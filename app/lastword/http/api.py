@@ -306,7 +306,9 @@ INGEST_BODY = {
         "content": {
             "text/event-stream": {"schema": {"type": "string", "description": "The provider's SSE body as received."}},
             "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
-            "application/x-ndjson": {"schema": {"type": "string", "description": "One provider event per line."}},
+            "application/x-ndjson": {"schema": {"type": "string", "description": (
+                "One provider event per line; for an agent CLI, its standard output: a child's whole turn in "
+                "one body, streamed as it is printed.")}},
         },
     },
 }
@@ -336,7 +338,20 @@ async def ingest_provider(
                                     "transcript the body is (its agent-<agentId>.meta.json names it); not needed "
                                     "when the session's transcript comes first in the body (SPEC §19).")] = None,
 ) -> dict[str, Any]:
-    """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events."""
+    """Store a provider's own stream (SPEC §13) or an agent CLI's output (§16) as session events.
+
+    **From an agent SDK** (the Claude Agent SDK, the Codex SDK): send a child's turn as **one
+    streamed request**, not one request per message. Open the request when the turn starts, write
+    each message the SDK yields into its body as the JSON line the CLI printed, the moment it is
+    yielded (fetch: a `ReadableStream` body with `duplex: "half"`; httpx: an async generator), and
+    close the body in a `finally` when the SDK's loop ends: also when the SDK throws (both throw on
+    the runs that end badly, max tokens included) or the parent aborts. Separate requests break the
+    turn: a reply is assembled from several lines, each line's `eventId` counts its place in its
+    body, requests overtake one another, and a Claude Code turn ends only when its body does.
+    An answer without `stopReason` means the child never printed its last line (aborted, killed):
+    end the turn with `POST /v1/runs/{runId}/end` (`cancelled`, or `error`). `lastword.integrations`
+    (Python) and docs/examples (TypeScript) do all of this.
+    """
     body = body_of(request)
     if format in CLI_ADAPTERS:
         return (await ingest_cli_stream(body, service_of(request), settings_of(request), runId, format,
