@@ -151,8 +151,8 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
             made.extend(self._flush(context, next_reply=False))
         return made
 
-    def finish(self) -> list[Made]:
-        return [*self.assembled(), *self._turn_end()]
+    def end(self) -> list[Made]:
+        return self._turn_end()
 
     def _assistant(self, index: int, line: Event, context: _Context) -> list[Made]:
         message = self.need(index, line, "message", dict)

@@ -119,15 +119,16 @@ class CliAdapter(abc.ABC):
     def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
         return refusal(self.format, index, field, message, noun="line")
 
-    def need(self, index: int, container: Any, key: str, kind: type | tuple[type, ...], path: str = "") -> Any:
-        """``container[key]``, refused with 422 naming the line unless present and of ``kind``."""
-        value = container.get(key) if isinstance(container, dict) else None
+    def need(self, index: int, container: dict[str, Any], key: str, kind: type, path: str = "") -> Any:
+        """``container[key]``, refused with 422 naming the line unless present and of ``kind``
+        (one of :data:`JSON_NAMES`). ``container`` is the line, or an object already needed
+        from it: the ingest reads only lines that are JSON objects."""
+        value = container.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
-            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES.get(names, names)}")
+            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES[kind.__name__]}")
         return value
 
-    def need_str(self, index: int, container: Any, key: str, path: str = "") -> str:
+    def need_str(self, index: int, container: dict[str, Any], key: str, path: str = "") -> str:
         value: str = self.need(index, container, key, str, path)
         return value
 
