@@ -139,10 +139,10 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
             return None
         if type(text) is not str:
             return None
-        self.lines_read += 1
         context = self._contexts.get(parent) or self._context(parent)
         if context.ended:
-            return None
+            return None  # the general path keeps it on the run (and counts it)
+        self.lines_read += 1
         return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
 
     def assembled(self) -> list[Made]:
