@@ -38,6 +38,7 @@ SCENARIOS = {
     "k": "bench.cli_stream",
     "l": "bench.run_latency",
     "m": "bench.long_line",
+    "n": "bench.long_session",
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",

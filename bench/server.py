@@ -77,13 +77,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process (``VmRSS``), in bytes."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory of a process (``VmRSS``; ``VmHWM``: its peak so far), in bytes."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 class Server:

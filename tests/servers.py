@@ -173,3 +173,15 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._reap()
+
+
+@contextmanager
+def running(servers: list[ServerProcess]) -> Iterator[list[ServerProcess]]:
+    """``servers`` started, in order, and stopped at the end."""
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

@@ -740,13 +740,16 @@ def test_a_subagent_line_after_its_child_ended_is_kept_on_the_parent() -> None:
             stream({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
                    "late2", parent_id="call_a"),
             user("late words", "late3", parent_id="call_a")]
-    made, _ = run([assistant("m1", agent_call("call_a")), assistant("s1", text("hi"), parent_id="call_a"),
-                   foreground("call_a", tool_result("call_a", "done")), *late, result()])
+    lines = [assistant("m1", agent_call("call_a")), assistant("s1", text("hi"), parent_id="call_a"),
+             foreground("call_a", tool_result("call_a", "done")), *late, result()]
+    adapter = ClaudeCodeAdapter()
+    made, _ = run(lines, adapter)
     runs = by_run(made)
     assert types(runs["call_a"])[-1] == END
     kept = [event for event in runs[None] if event["type"] == "x-claude-code-late-subagent"]
     assert [event["eventId"] for event in kept] == ["late1", "late2", "late3"]
     assert [event["source"]["events"] for event in kept] == [[line] for line in late]
+    assert adapter.lines_read == len(lines)  # the late delta, handed on by the fast path, counted once
 
 
 def test_a_backgrounded_subagents_notification_total_completes_its_usage() -> None:

@@ -24,7 +24,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.builders import chunk, create_run_async, message, text
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, running
 from tests.sse import Stream, ids, open_stream, payload, strictly_increasing
 from tests.polling import wait_until_async
 
@@ -61,15 +61,8 @@ def serving(*database_urls: str) -> Iterator[list[ServerProcess]]:
         )
         for url in database_urls
     ]
-    try:
-        for server in servers:
-            server.start()
+    with running(servers):
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
-            if server.process is not None and server.process.stderr is not None:
-                server.process.stderr.close()
 
 
 @pytest.fixture

@@ -42,30 +42,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lastword.adapters.base import chunk, usage_of
-from lastword.adapters.cli_base import CliAdapter, Event, Made, StreamStop
+from lastword.adapters.cli_base import (
+    MESSAGE_STOPS,
+    USAGE_FIELDS,
+    ClaudeCodeLines,
+    Event,
+    Made,
+    Reply,
+    StreamStop,
+    tool_content,
+)
 from lastword.rules.stop_reasons import is_error
-
-#: The tools through which Claude Code runs a subagent (``Task`` in older releases).
-SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
-#: The input key of a ``tool_use`` block whose input the output-token ceiling cut
-#: (``{raw, len}``: the unfinished JSON as received).
-UNPARSED_INPUT = "__unparsedToolInput"
-#: Stop reasons a reply may carry that §6 names (others, e.g. ``tool_use``, are not recorded).
-_MESSAGE_STOPS = {"max_tokens": "max_tokens", "end_turn": "end_turn", "stop_sequence": "stop_sequence",
-                  "refusal": "refusal", "model_context_window_exceeded": "max_tokens"}
-_USAGE_FIELDS = (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
-                 ("cacheReadTokens", "cache_read_input_tokens"), ("cacheWriteTokens", "cache_creation_input_tokens"))
-
-
-@dataclass(slots=True)
-class _Reply:
-    """An assistant reply being assembled from its per-block lines."""
-
-    id: str
-    blocks: list[Event] = field(default_factory=list)
-    raw: list[Event] = field(default_factory=list)
-    usage: dict[str, int] | None = None
-    stop: str | None = None
 
 
 @dataclass(slots=True)
@@ -74,7 +61,7 @@ class _Context:
 
     child: str | None
     agent: str | None = None
-    reply: _Reply | None = None
+    reply: Reply | None = None
     #: Usage of the replies stored, for the remainder the ``result`` line adds.
     usage: dict[str, int] = field(default_factory=dict)
     replies_stored: int = 0
@@ -83,7 +70,7 @@ class _Context:
     ended: bool = False
 
 
-class ClaudeCodeAdapter(CliAdapter):
+class ClaudeCodeAdapter(ClaudeCodeLines):
     format = "claude-code"
     command = "claude"
 
@@ -152,10 +139,10 @@ class ClaudeCodeAdapter(CliAdapter):
             return None
         if type(text) is not str:
             return None
-        self.lines_read += 1
         context = self._contexts.get(parent) or self._context(parent)
         if context.ended:
-            return None
+            return None  # the general path keeps it on the run (and counts it)
+        self.lines_read += 1
         return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
 
     def assembled(self) -> list[Made]:
@@ -164,8 +151,8 @@ class ClaudeCodeAdapter(CliAdapter):
             made.extend(self._flush(context, next_reply=False))
         return made
 
-    def finish(self) -> list[Made]:
-        return [*self.assembled(), *self._turn_end()]
+    def end(self) -> list[Made]:
+        return self._turn_end()
 
     def _assistant(self, index: int, line: Event, context: _Context) -> list[Made]:
         message = self.need(index, line, "message", dict)
@@ -186,48 +173,16 @@ class ClaudeCodeAdapter(CliAdapter):
         if context.reply is not None and context.reply.id != reply_id:
             made = self._flush(context, next_reply=True)
         if context.reply is None:
-            context.reply = _Reply(reply_id)
+            context.reply = Reply(reply_id)
         reply = context.reply
-        for position, block in enumerate(content):
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise self.refuse(index, f"message.content.{position}", "expected a block with a type")
-            made_block = self._block(index, block, position)
-            if made_block is None:
-                reply.stop = "max_tokens"  # the ceiling cut the call: kept in source, not output
-            else:
-                reply.blocks.append(made_block)
-        reply.raw.append(line)
-        if isinstance(message.get("usage"), dict) and reply.usage is None:
-            reply.usage = self._usage(index, message["usage"], "message.usage.")
+        self.add_line(index, line, reply, message, content)
         stop = message.get("stop_reason")
-        if isinstance(stop, str) and stop in _MESSAGE_STOPS:
-            reply.stop = _MESSAGE_STOPS[stop]
+        if isinstance(stop, str) and stop in MESSAGE_STOPS:
+            reply.stop = MESSAGE_STOPS[stop]
         return made
 
-    def _block(self, index: int, block: Event, position: int) -> Event | None:
-        """The §3 block of a content block; ``None`` for a tool call the output ceiling cut."""
-        kind = block["type"]
-        path = f"message.content.{position}."
-        if kind == "text":
-            return {"type": "text", "text": self.need_str(index, block, "text", path)}
-        if kind == "tool_use":
-            call_id = self.need_str(index, block, "id", path)
-            name = self.need_str(index, block, "name", path)
-            tool_input = self.need(index, block, "input", dict, path)
-            if UNPARSED_INPUT in tool_input:
-                # What the CLI prints for a call whose input JSON the ceiling cut: the model's
-                # unfinished call, which the CLI runs and answers with an error.
-                return None
-            if name in SUBAGENT_TOOLS:
-                agent = tool_input.get("subagent_type")
-                self._agents[call_id] = agent if isinstance(agent, str) else None
-            return {"type": "tool_call", "id": call_id, "name": name, "input": tool_input}
-        if kind == "thinking":
-            reasoning: Event = {"type": "reasoning", "text": self.need_str(index, block, "thinking", path)}
-            if isinstance(block.get("signature"), str):
-                reasoning["signature"] = block["signature"]
-            return reasoning
-        return block  # redacted_thinking, images, server tools: kept as sent
+    def subagent_called(self, call_id: str, agent: str | None) -> None:
+        self._agents[call_id] = agent
 
     def _user(self, index: int, line: Event, event_id: str, context: _Context) -> list[Made]:
         message = self.need(index, line, "message", dict)
@@ -252,7 +207,7 @@ class ClaudeCodeAdapter(CliAdapter):
             call_id = self.need_str(index, block, "tool_use_id", f"message.content.{position}.")
             result_id = event_id if len(results) == 1 else f"{event_id}:{position}"
             result: Event = {"type": "tool/result", "eventId": result_id,
-                             "toolCallId": call_id, "content": _tool_content(block.get("content")),
+                             "toolCallId": call_id, "content": tool_content(block.get("content")),
                              "isError": block.get("is_error") is True, "source": self.source([line])}
             made.append(self._made(result, context))
             if call_id in self._agents:
@@ -265,9 +220,9 @@ class ClaudeCodeAdapter(CliAdapter):
         if kind == "message_start":
             message = self.need(index, event, "message", dict, "event.")
             made = self._flush(context, next_reply=True)
-            context.reply = _Reply(self.need_str(index, message, "id", "event.message."))
+            context.reply = Reply(self.need_str(index, message, "id", "event.message."))
             if isinstance(message.get("usage"), dict):
-                context.reply.usage = self._usage(index, message["usage"], "event.message.usage.")
+                context.reply.usage = self.usage(index, message["usage"], "event.message.usage.")
             return made
         if kind == "content_block_delta":
             delta = self.need(index, event, "delta", dict, "event.")
@@ -281,12 +236,12 @@ class ClaudeCodeAdapter(CliAdapter):
         if kind == "message_delta" and context.reply is not None:
             delta = event.get("delta")
             stop = delta.get("stop_reason") if isinstance(delta, dict) else None
-            if isinstance(stop, str) and stop in _MESSAGE_STOPS:
-                context.reply.stop = _MESSAGE_STOPS[stop]
+            if isinstance(stop, str) and stop in MESSAGE_STOPS:
+                context.reply.stop = MESSAGE_STOPS[stop]
             usage = event.get("usage")
             if isinstance(usage, dict):
                 # Counts replace message_start's; without them, a count not given is 0 (§4 needs both).
-                latest = self._usage(index, usage, "event.usage.", partial=context.reply.usage is not None)
+                latest = self.usage(index, usage, "event.usage.", partial=context.reply.usage is not None)
                 context.reply.usage = {**(context.reply.usage or {}), **latest}
             return []
         if kind == "message_stop":
@@ -297,7 +252,7 @@ class ClaudeCodeAdapter(CliAdapter):
         context = self._contexts[None]
         made = self._flush(context, next_reply=False)
         subtype = self.need_str(index, line, "subtype")
-        usage = self._usage(index, line["usage"], "usage.") if isinstance(line.get("usage"), dict) else None
+        usage = self.usage(index, line["usage"], "usage.") if isinstance(line.get("usage"), dict) else None
         error = context.last_error
         if subtype == "error_max_turns":
             stop = "max_turns"
@@ -398,7 +353,7 @@ class ClaudeCodeAdapter(CliAdapter):
         output = content if isinstance(content, list) and content else _as_blocks(block.get("content"))
         message: Event = {"content": output}
         if isinstance(result.get("usage"), dict):
-            usage = usage_of((name, result["usage"].get(key)) for name, key in _USAGE_FIELDS)
+            usage = usage_of((name, result["usage"].get(key)) for name, key in USAGE_FIELDS)
             if usage is not None and all(type(value) is int and value >= 0 for value in usage.values()):
                 message["usage"] = usage
         made.append(self._made({"type": "assistant/message", "eventId": f"{event_id}:output", "message": message,
@@ -462,32 +417,6 @@ class ClaudeCodeAdapter(CliAdapter):
         if context.agent is None:
             context.agent = self._agents.get(context.child)
         return Made(event, context.child, context.agent)
-
-    # -- values ------------------------------------------------------------------------------
-
-    def _usage(self, index: int, usage: Event, path: str, *, partial: bool = False) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for name, key in _USAGE_FIELDS:
-            value = usage.get(key)
-            if value is None:
-                continue
-            if type(value) is not int or value < 0:
-                raise self.refuse(index, f"{path}{key}", "expected a non-negative integer")
-            found[name] = value
-        if not partial:
-            found.setdefault("inputTokens", 0)
-            found.setdefault("outputTokens", 0)
-        return found
-
-
-def _tool_content(content: Any) -> Any:
-    """A tool result's content as §4 takes it: a string, or blocks (each with a type)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(block, dict) and isinstance(block.get("type"), str)
-                                         for block in content):
-        return content
-    return "" if content is None else str(content)
 
 
 def _as_blocks(content: Any) -> list[Event]:

@@ -43,30 +43,14 @@ transcript has no ``result`` line, and in an interactive session the run goes on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from lastword.adapters.cli_base import CliAdapter, Event, Made
+from lastword.adapters.cli_base import MESSAGE_STOPS, ClaudeCodeLines, Event, Made, Reply, tool_content
 
-#: The reply stop reasons §6 knows (others, e.g. ``tool_use``, are not recorded).
-_MESSAGE_STOPS = {"max_tokens": "max_tokens", "end_turn": "end_turn", "stop_sequence": "stop_sequence",
-                  "refusal": "refusal", "model_context_window_exceeded": "max_tokens"}
 #: How a subagent's last reply ends its child's turn.
 _TURN_STOPS = {"max_tokens": "max_tokens", "end_turn": "completed", "stop_sequence": "completed",
                "refusal": "refusal"}
-_USAGE_FIELDS = (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
-                 ("cacheReadTokens", "cache_read_input_tokens"), ("cacheWriteTokens", "cache_creation_input_tokens"))
-#: The tools through which Claude Code runs a subagent.
-_SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
-
-
-@dataclass(slots=True)
-class _Reply:
-    id: str
-    blocks: list[Event] = field(default_factory=list)
-    raw: list[Event] = field(default_factory=list)
-    usage: dict[str, int] | None = None
-    stop: str | None = None
 
 
 @dataclass(slots=True)
@@ -76,13 +60,13 @@ class _Context:
     child: str | None
     agent_id: str | None = None
     agent: str | None = None
-    reply: _Reply | None = None
+    reply: Reply | None = None
     #: How the last stored reply ended the turn (None: not a final reply).
     final: str | None = None
     error: dict[str, Any] | None = None
 
 
-class ClaudeCodeTranscriptAdapter(CliAdapter):
+class ClaudeCodeTranscriptAdapter(ClaudeCodeLines):
     format = "claude-code-transcript"
     #: Not a command's standard output: ``lastword run --format auto`` never picks it.
     command = ""
@@ -165,45 +149,17 @@ class ClaudeCodeTranscriptAdapter(CliAdapter):
             return [*made, self._made(event, context)]
         made = self._flush(context) if context.reply is not None and context.reply.id != reply_id else []
         if context.reply is None:
-            context.reply = _Reply(reply_id)
+            context.reply = Reply(reply_id)
         reply = context.reply
-        for position, block in enumerate(content):
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise self.refuse(index, f"message.content.{position}", "expected a block with a type")
-            translated = self._block(index, block, position)
-            if translated is None:
-                reply.stop = "max_tokens"  # a tool call cut by the ceiling (SPEC §16a): not output
-            else:
-                reply.blocks.append(translated)
-        reply.raw.append(line)
-        if reply.usage is None and isinstance(message.get("usage"), dict):
-            reply.usage = self._usage(index, message["usage"])
+        self.add_line(index, line, reply, message, content)
         stop = message.get("stop_reason")
         if reply.stop is None and isinstance(stop, str):
-            reply.stop = _MESSAGE_STOPS.get(stop)
+            reply.stop = MESSAGE_STOPS.get(stop)
         return made
 
-    def _block(self, index: int, block: Event, position: int) -> Event | None:
-        kind = block["type"]
-        path = f"message.content.{position}."
-        if kind == "text":
-            return {"type": "text", "text": self.need_str(index, block, "text", path)}
-        if kind == "tool_use":
-            call_id = self.need_str(index, block, "id", path)
-            name = self.need_str(index, block, "name", path)
-            tool_input = self.need(index, block, "input", dict, path)
-            if "__unparsedToolInput" in tool_input:
-                return None
-            agent = tool_input.get("subagent_type")
-            if name in _SUBAGENT_TOOLS and isinstance(agent, str):
-                self._agents[call_id] = agent
-            return {"type": "tool_call", "id": call_id, "name": name, "input": tool_input}
-        if kind == "thinking":
-            reasoning: Event = {"type": "reasoning", "text": self.need_str(index, block, "thinking", path)}
-            if isinstance(block.get("signature"), str):
-                reasoning["signature"] = block["signature"]
-            return reasoning
-        return block  # redacted_thinking, images, server tools: kept as sent
+    def subagent_called(self, call_id: str, agent: str | None) -> None:
+        if agent is not None:
+            self._agents[call_id] = agent
 
     def _user(self, index: int, line: Event, context: _Context) -> list[Made]:
         event_id = self.need_str(index, line, "uuid")
@@ -230,7 +186,7 @@ class ClaudeCodeTranscriptAdapter(CliAdapter):
             if isinstance(agent_id, str) and agent_id and len(results) == 1:
                 self._links[agent_id] = call_id
             result: Event = {"type": "tool/result", "eventId": event_id if len(results) == 1 else f"{event_id}:{position}",
-                             "toolCallId": call_id, "content": _tool_content(block.get("content")),
+                             "toolCallId": call_id, "content": tool_content(block.get("content")),
                              "isError": block.get("is_error") is True, "source": self.source([line])}
             made.append(self._made(result, context))
         return made
@@ -256,24 +212,3 @@ class ClaudeCodeTranscriptAdapter(CliAdapter):
         if context.child is None:
             return Made(event)
         return Made(event, context.child, context.agent)
-
-    def _usage(self, index: int, usage: Event) -> dict[str, int]:
-        found: dict[str, int] = {"inputTokens": 0, "outputTokens": 0}
-        for name, key in _USAGE_FIELDS:
-            value = usage.get(key)
-            if value is None:
-                continue
-            if type(value) is not int or value < 0:
-                raise self.refuse(index, f"message.usage.{key}", "expected a non-negative integer")
-            found[name] = value
-        return found
-
-
-def _tool_content(content: Any) -> Any:
-    """A tool result's content as §4 takes it: a string, or blocks (each with a type)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(block, dict) and isinstance(block.get("type"), str)
-                                         for block in content):
-        return content
-    return "" if content is None else str(content)

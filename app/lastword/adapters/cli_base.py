@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from lastword.adapters.base import JSON_NAMES, Event, NotTheFormat, StreamStop, refusal
 
-__all__ = ["CliAdapter", "Event", "Made", "NotTheFormat", "StreamStop"]
+__all__ = ["ClaudeCodeLines", "CliAdapter", "Event", "Made", "NotTheFormat", "Reply", "StreamStop", "tool_content"]
 
 
 class Made(NamedTuple):
@@ -118,15 +119,16 @@ class CliAdapter(abc.ABC):
     def refuse(self, index: int, field: str, message: str) -> NotTheFormat:
         return refusal(self.format, index, field, message, noun="line")
 
-    def need(self, index: int, container: Any, key: str, kind: type | tuple[type, ...], path: str = "") -> Any:
-        """``container[key]``, refused with 422 naming the line unless present and of ``kind``."""
-        value = container.get(key) if isinstance(container, dict) else None
+    def need(self, index: int, container: dict[str, Any], key: str, kind: type, path: str = "") -> Any:
+        """``container[key]``, refused with 422 naming the line unless present and of ``kind``
+        (one of :data:`JSON_NAMES`). ``container`` is the line, or an object already needed
+        from it: the ingest reads only lines that are JSON objects."""
+        value = container.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
-            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES.get(names, names)}")
+            raise self.refuse(index, f"{path}{key}", f"expected {JSON_NAMES[kind.__name__]}")
         return value
 
-    def need_str(self, index: int, container: Any, key: str, path: str = "") -> str:
+    def need_str(self, index: int, container: dict[str, Any], key: str, path: str = "") -> str:
         value: str = self.need(index, container, key, str, path)
         return value
 
@@ -139,3 +141,103 @@ class CliAdapter(abc.ABC):
     def extension(self, kind: str, event_id: str, raw: Event, child: str | None = None) -> Made:
         """An ``x-<format>-<kind>`` event: kept, never interpreted."""
         return Made({"type": f"x-{self.format}-{kind}", "eventId": event_id, "source": self.source([raw])}, child)
+
+
+# Claude Code's two formats (its stdout, its transcripts) print the same assistant and user
+# lines: one content block a line, the blocks of a reply sharing its ``message.id``.
+
+#: The tools through which Claude Code runs a subagent (``Task`` in older releases).
+SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
+#: The input key of a ``tool_use`` block whose input the output-token ceiling cut
+#: (``{raw, len}``: the unfinished JSON as received).
+UNPARSED_INPUT = "__unparsedToolInput"
+#: Stop reasons a reply may carry that §6 names (others, e.g. ``tool_use``, are not recorded).
+MESSAGE_STOPS = {"max_tokens": "max_tokens", "end_turn": "end_turn", "stop_sequence": "stop_sequence",
+                 "refusal": "refusal", "model_context_window_exceeded": "max_tokens"}
+#: §4's usage names and the Messages API's.
+USAGE_FIELDS = (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
+                ("cacheReadTokens", "cache_read_input_tokens"), ("cacheWriteTokens", "cache_creation_input_tokens"))
+
+
+@dataclass(slots=True)
+class Reply:
+    """An assistant reply being assembled from its per-block lines."""
+
+    id: str
+    blocks: list[Event] = field(default_factory=list)
+    raw: list[Event] = field(default_factory=list)
+    usage: dict[str, int] | None = None
+    stop: str | None = None
+
+
+class ClaudeCodeLines(CliAdapter):
+    """What Claude Code's stdout and transcript adapters read alike: a reply's blocks and usage
+    from its ``assistant`` lines (each reads the line's stop reason its own way)."""
+
+    def add_line(self, index: int, line: Event, reply: Reply, message: Event, content: list[Any]) -> None:
+        """Add an ``assistant`` line's blocks and usage (its ``message`` and ``message.content``)
+        to ``reply``."""
+        for position, block in enumerate(content):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise self.refuse(index, f"message.content.{position}", "expected a block with a type")
+            made = self.content_block(index, block, position)
+            if made is None:
+                reply.stop = "max_tokens"  # the ceiling cut the call: kept in source, not output
+            else:
+                reply.blocks.append(made)
+        reply.raw.append(line)
+        if isinstance(message.get("usage"), dict) and reply.usage is None:
+            reply.usage = self.usage(index, message["usage"], "message.usage.")
+
+    def content_block(self, index: int, block: Event, position: int) -> Event | None:
+        """The §3 block of a content block; ``None`` for a tool call the output ceiling cut."""
+        kind = block["type"]
+        path = f"message.content.{position}."
+        if kind == "text":
+            return {"type": "text", "text": self.need_str(index, block, "text", path)}
+        if kind == "tool_use":
+            call_id = self.need_str(index, block, "id", path)
+            name = self.need_str(index, block, "name", path)
+            tool_input = self.need(index, block, "input", dict, path)
+            if UNPARSED_INPUT in tool_input:
+                # What the CLI prints for a call whose input JSON the ceiling cut: the model's
+                # unfinished call, which the CLI runs and answers with an error.
+                return None
+            if name in SUBAGENT_TOOLS:
+                agent = tool_input.get("subagent_type")
+                self.subagent_called(call_id, agent if isinstance(agent, str) else None)
+            return {"type": "tool_call", "id": call_id, "name": name, "input": tool_input}
+        if kind == "thinking":
+            reasoning: Event = {"type": "reasoning", "text": self.need_str(index, block, "thinking", path)}
+            if isinstance(block.get("signature"), str):
+                reasoning["signature"] = block["signature"]
+            return reasoning
+        return block  # redacted_thinking, images, server tools: kept as sent
+
+    def subagent_called(self, call_id: str, agent: str | None) -> None:
+        """A call of the subagent tool (``agent``: its ``subagent_type``) was read."""
+
+    def usage(self, index: int, usage: Event, path: str, *, partial: bool = False) -> dict[str, int]:
+        """§4 usage of a Messages API usage object; both counts 0 when not given unless ``partial``."""
+        found: dict[str, int] = {}
+        for name, key in USAGE_FIELDS:
+            value = usage.get(key)
+            if value is None:
+                continue
+            if type(value) is not int or value < 0:
+                raise self.refuse(index, f"{path}{key}", "expected a non-negative integer")
+            found[name] = value
+        if not partial:
+            found.setdefault("inputTokens", 0)
+            found.setdefault("outputTokens", 0)
+        return found
+
+
+def tool_content(content: Any) -> Any:
+    """A tool result's content as §4 takes it: a string, or blocks (each with a type)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(block, dict) and isinstance(block.get("type"), str)
+                                         for block in content):
+        return content
+    return "" if content is None else str(content)
