@@ -39,6 +39,7 @@ SCENARIOS = {
     "l": "bench.run_latency",
     "m": "bench.long_line",
     "n": "bench.long_session",
+    "o": "bench.wakeups",
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",
