@@ -173,3 +173,50 @@ def test_the_image_is_set_in_one_place_by_the_kustomization() -> None:
         pod = pod_of(render(name))
         images = {c["image"] for c in pod.get("initContainers", []) + pod["containers"]}
         assert images == {f"{image['newName']}:{image['newTag']}"}, (name, images)
+
+
+#: Kinds of operators' resources that the Kubernetes schemas do not hold (checked by shape below).
+CUSTOM_KINDS = {("postgresql.cnpg.io/v1", "Cluster")}
+
+
+@pytest.mark.parametrize("name", ["ha", "ha-nats"])
+def test_the_ha_overlays_render_and_their_kubernetes_objects_validate_strictly(name: str) -> None:
+    """The HA overlays render; each built-in object is valid under the 1.33 schemas, and the only
+    other object is the CloudNativePG Cluster."""
+    objects = render(name)
+    custom = [obj for obj in objects if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS]
+    assert [obj["kind"] for obj in custom] == ["Cluster"]
+    for obj in objects:
+        if obj not in custom:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_ha_overlay_runs_replicas_on_a_synchronous_three_instance_cluster() -> None:
+    """Three PostgreSQL instances, every commit waiting for a standby; the replicas' database URL
+    is the one the operator writes for the Cluster (its read-write Service, which follows the
+    primary); the tokens still come from the Secret ``lastword``; LISTEN/NOTIFY stays the default."""
+    objects = render("ha")
+    cluster = only(objects, "Cluster")
+    assert cluster["spec"]["instances"] == 3
+    assert cluster["spec"]["postgresql"]["synchronous"]["number"] >= 1
+    deployment = only(objects, "Deployment")
+    assert deployment["spec"]["replicas"] >= 2
+    env = env_of(container(pod_of(objects), "lastword"))
+    url = env["LASTWORD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert url == {"name": f"{cluster['metadata']['name']}-app", "key": "uri"}
+    for name in ("LASTWORD_INGEST_TOKEN", "LASTWORD_READ_TOKEN"):
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "lastword", name
+    assert "LASTWORD_FANOUT_URL" not in env
+
+
+def test_the_nats_option_sets_the_fanout_url_and_nothing_else() -> None:
+    """ha-nats is ha with LASTWORD_FANOUT_URL naming a NATS Service; every other object and
+    variable is the same."""
+    ha, with_nats = render("ha"), render("ha-nats")
+    env = env_of(container(pod_of(with_nats), "lastword"))
+    assert env.pop("LASTWORD_FANOUT_URL")["value"].startswith("nats://")
+    assert env == env_of(container(pod_of(ha), "lastword"))
+    assert [(obj["kind"], obj["metadata"]["name"]) for obj in with_nats] == [
+        (obj["kind"], obj["metadata"]["name"]) for obj in ha]
+    Settings(database_url="postgresql://x@y/z", fanout_url=env_of(container(pod_of(with_nats), "lastword"))[
+        "LASTWORD_FANOUT_URL"]["value"])
