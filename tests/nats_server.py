@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,13 @@ class NatsServer:
     """One ``nats-server`` process on 127.0.0.1 (or ``host``); :meth:`kill` and :meth:`start` again
     keep its port, as a restarted server in a deployment keeps its address."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, *,
+                 inside: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``inside``: runs the server elsewhere (``tests.netns.Host.command``: a host of its own),
+        listening on every address there; it is then known ready by its log."""
         self.host = host
         self.port = port or free_port()
+        self.inside = inside
         self.process: subprocess.Popen[bytes] | None = None
         handle, name = tempfile.mkstemp(prefix=f"lastword-test-nats-{self.port}-", suffix=".log")
         os.close(handle)
@@ -46,13 +51,17 @@ class NatsServer:
         return f"nats://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20) -> NatsServer:
-        command = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-l", str(self.log_path)]
+        command = [nats_server_binary(), "-a", self.host if self.inside is None else "0.0.0.0", "-p", str(self.port),
+                   "-l", str(self.log_path)]
+        if self.inside is not None:
+            command = self.inside(command)
+        self.log_path.write_text("")  # "ready" is this start's
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"nats-server exited: {self.log_path.read_text()[-2000:]}")
-            if self._answers():
+            if self._answers() if self.inside is None else "Server is ready" in self.log_path.read_text():
                 return self
             time.sleep(0.05)
         self.kill()

@@ -1,14 +1,17 @@
-"""A replica cut off from its database (SPEC §20): hosts of their own, a link cut and healed.
+"""Replicas cut off from their database or from NATS (SPEC §20): hosts of their own, links cut and healed.
 
 PostgreSQL runs in one network namespace, a lastword replica in another, joined by a veth link;
 the test reaches the replica over a second link from this machine. Cutting the database link
 drops packets (a partition, not a refused connection): the replica's ``/readyz`` must say 503 in
 time for an orchestrator's probe (each answer within the probe's timeout) instead of hanging,
-and say 200 again once the link is healed, by itself.
+and say 200 again once the link is healed, by itself. With wake-ups over NATS (PostgreSQL, NATS
+and two replicas each on a host of their own), a replica cut off from NATS still serves its own
+subscribers, says 503 once it noticed, and catches up from the log when the link is healed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -128,4 +131,105 @@ def test_a_replica_cut_off_from_its_database_is_not_ready_in_time_and_ready_agai
             except subprocess.TimeoutExpired:
                 server.kill()
         log.close()
+        database.stop()
+
+
+def _replica(host: Host, address: str, database_url: str, nats_url: str, log_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LASTWORD_DATABASE_URL": database_url, "LASTWORD_FANOUT_URL": nats_url,
+           "LASTWORD_HOST": address, "LASTWORD_PORT": "8000", "LASTWORD_LOG_LEVEL": "info",
+           "LASTWORD_LEASE_SECONDS": "0", "LASTWORD_KEEPALIVE_SECONDS": "1"}
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(host.command([sys.executable, "-m", "lastword.cli", "serve"]), env=env, cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+class _Reader:
+    """One SSE run stream read in a thread: the (event, id) pairs, as they arrive."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.seen: list[tuple[str, int]] = []
+        self.opened = threading.Event()
+        self._client = httpx.Client(timeout=httpx.Timeout(30, read=None))
+        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self._thread.start()
+        assert self.opened.wait(30), "the stream did not open"
+
+    def _read(self, url: str) -> None:
+        from httpx_sse import connect_sse
+
+        with contextlib.suppress(httpx.HTTPError), connect_sse(self._client, "GET", url) as source:
+            for event in source.iter_sse():
+                if event.event == "run/snapshot":
+                    self.opened.set()
+                else:
+                    self.seen.append((event.event, int(event.id)))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def test_a_replica_cut_off_from_nats_serves_its_own_subscribers_and_catches_up_when_healed(
+    hosts: Network, tmp_path: Path,
+) -> None:
+    """PostgreSQL, NATS and replicas A and B each on a host of their own. A's link to NATS cut:
+    a subscriber on A still hears what is written through A, A says 503 notices_unavailable
+    once it noticed, and what B wrote meanwhile reaches A's subscriber after the heal, in order."""
+    from tests.nats_server import NatsServer, nats_server_binary
+
+    nats_server_binary()
+    db, broker, a, b = hosts.host("db"), hosts.host("nats"), hosts.host("a"), hosts.host("b")
+    db_a, db_b = hosts.link(db, a), hosts.link(db, b)
+    nats_a, nats_b = hosts.link(broker, a), hosts.link(broker, b)
+    front_a, front_b = hosts.link(Host(None), a), hosts.link(Host(None), b)
+    database = Postgres(db, f"{db_a.address(db)},{db_b.address(db)}")
+    nats = NatsServer(port=4222, inside=broker.command)
+    servers: list[subprocess.Popen[bytes]] = []
+    readers: list[_Reader] = []
+    try:
+        nats.start()
+        wait_until(lambda: subprocess.run(
+            db.command([str(PG_BIN / "pg_isready"), "-h", db_a.address(db), "-p", "5432"]),
+            capture_output=True).returncode == 0, "PostgreSQL ready", within=60)
+        url_a, url_b = f"http://{front_a.address(a)}:8000", f"http://{front_b.address(b)}:8000"
+        servers.append(_replica(a, front_a.address(a), f"postgresql://postgres@{db_a.address(db)}:5432/postgres",
+                                f"nats://{nats_a.address(broker)}:4222", tmp_path / "a.log"))
+        wait_until(lambda: probe(url_a) == 200, "replica A ready", within=60)  # A made the schema
+        servers.append(_replica(b, front_b.address(b), f"postgresql://postgres@{db_b.address(db)}:5432/postgres",
+                                f"nats://{nats_b.address(broker)}:4222", tmp_path / "b.log"))
+        wait_until(lambda: probe(url_b) == 200, "replica B ready", within=60)
+        own = httpx.post(f"{url_a}/v1/runs", json={"agent": "own"}).json()["runId"]
+        other = httpx.post(f"{url_b}/v1/runs", json={"agent": "other"}).json()["runId"]
+        readers = [_Reader(f"{url_a}/v1/runs/{own}/stream?include=chunks"),
+                   _Reader(f"{url_a}/v1/runs/{other}/stream?include=chunks")]
+        mine, theirs = readers
+        assert httpx.post(f"{url_b}/v1/runs/{other}/chunks", json={"text": "before"}).status_code == 200
+        wait_until(lambda: theirs.seen == [("assistant/chunk", 2)], "A hears B before the cut", within=15)
+
+        nats_a.cut()
+        for n in range(3):
+            assert httpx.post(f"{url_a}/v1/runs/{own}/chunks", json={"text": f"own {n}"}).status_code == 200
+            assert httpx.post(f"{url_b}/v1/runs/{other}/chunks", json={"text": f"other {n}"}).status_code == 200
+        # A's own subscriber is served from A's own commits, NATS or not.
+        wait_until(lambda: mine.seen == [("assistant/chunk", seq) for seq in (2, 3, 4)], "A's own commits heard",
+                   within=15)
+        wait_until(lambda: probe(url_a) == 503, "A not ready once it noticed the cut", within=60)
+        assert httpx.get(f"{url_a}/readyz").json()["code"] == "notices_unavailable"
+        assert httpx.post(f"{url_b}/v1/runs/{other}/end", json={"stopReason": "completed"}).status_code == 200
+
+        nats_a.heal()
+        wait_until(lambda: probe(url_a) == 200, "A ready again after the heal", within=60)
+        wait_until(lambda: theirs.seen[-1:] == [("subagent/end", 6)], "B's commits caught up on A", within=30)
+        assert theirs.seen == [("assistant/chunk", seq) for seq in (2, 3, 4, 5)] + [("subagent/end", 6)]
+    finally:
+        for reader in readers:
+            reader.close()
+        for server in servers:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        nats.stop()
         database.stop()
