@@ -40,6 +40,7 @@ SCENARIOS = {
     "m": "bench.long_line",
     "n": "bench.long_session",
     "o": "bench.wakeups",
+    "p": "bench.failover",
     "q": "bench.statements",
     "r": "bench.rollout",
     "s": "bench.ds",

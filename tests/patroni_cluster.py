@@ -172,6 +172,10 @@ class PatroniCluster:
         assert new is not None
         return new
 
+    def wait_for_sync_standby(self, within: float = 120) -> None:
+        """Until the primary has a synchronous standby again (a restarted node has caught up)."""
+        _wait(self._has_sync_standby, "a synchronous standby", within)
+
     def _has_sync_standby(self) -> bool:
         primary = self.primary()
         if primary is None:
