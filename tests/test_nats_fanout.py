@@ -218,3 +218,33 @@ def test_a_nats_url_that_cannot_be_used_stops_start_up_in_one_line(database_url:
         assert len(errors) == 1, done.stderr
         assert errors[0]["message"].startswith("cannot start: ") and says in errors[0]["message"], errors
         assert url in errors[0]["message"]
+
+
+async def test_a_commit_whose_notice_never_comes_still_reaches_a_stream(
+    database_url: str, nats: NatsServer, names: tuple[str, str],
+) -> None:
+    """A replica whose notices never reach A (here C, on a NATS of its own: as a replica that died
+    between its commit and its publish) ends a run A streams: A's subscriber and ``?wait=`` still
+    get the end, from the log, within a few of A's sweeps."""
+    from lastword.fanout.nats import SWEEP_SECONDS
+
+    elsewhere = NatsServer().start()
+    try:
+        first, unheard = replica(database_url, nats.url, names[0]), replica(database_url, elsewhere.url, names[1])
+        with serving(first, unheard):
+            async with clients(first, unheard) as (a, c):
+                run_id = await create_run_async(c)
+                await post(c, run_id, message(text("said where nobody listens")))
+                async with open_stream(a, f"/v1/runs/{run_id}/stream") as stream:
+                    assert (await stream.next()).event == "run/snapshot"
+                    waiter = asyncio.create_task(a.get(f"/v1/runs/{run_id}/result", params={"wait": 60}))
+                    await parked(a, waiter)
+                    await end(c, run_id)
+                    async with asyncio.timeout(SWEEP_SECONDS + PROMPT_SECONDS):
+                        heard = (await stream.next()).event  # within WAIT_SECONDS (two sweeps)
+                        result = await waiter
+                    assert heard == "subagent/end"
+                    assert result.json()["stopReason"] == "completed"
+    finally:
+        elsewhere.stop()
+

@@ -16,7 +16,9 @@ A run gets its cursor on the first wake-up after someone here began to follow it
 before they read it, so the log holds everything up to the cursor for them, and every later
 commit wakes the cursor). The firehose likewise, from its last id. A cursor is dropped once no
 one follows its run. :meth:`CursorPublisher.wake_all` reads after every cursor (a replica that
-was cut off from its wake-ups catches up from the log).
+was cut off from its wake-ups catches up from the log), and so does a sweep every few seconds
+when asked for: a wake-up its replica never sent (it died between its commit and the publish)
+then costs that long, not a stream that waits for ever.
 
 The hub gets a run's events as its streams and turn-end waiters' (``runs``), the firehose's as
 its streams' and joins' (``feed``): a lifecycle event is in both logs, and each side's order is
@@ -48,9 +50,12 @@ class CursorLog(Feed, RunLog, Protocol):
 class CursorPublisher:
     """Reads the log after its cursors when woken, and hands the hub what it finds (see the module)."""
 
-    def __init__(self, hub: Hub, store: CursorLog) -> None:
+    def __init__(self, hub: Hub, store: CursorLog, *, sweep_seconds: float | None = None) -> None:
+        """``sweep_seconds``: read after every cursor this often too, whether woken or not (a
+        wake-up that was never sent is then late by at most that long); None: only when woken."""
         self.hub = hub
         self.store = store
+        self.sweep_seconds = sweep_seconds
         self._runs: dict[str, int] = {}  # run → last seq published
         self._feed: int | None = None  # last feed id published
         self._woken_runs: set[str] = set()
@@ -58,18 +63,28 @@ class CursorPublisher:
         self._all_woken = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
         #: Set after each pass that found nothing more to read (for tests and benches).
         self.idle = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="lastword-wakeups")
+        if self.sweep_seconds is not None:
+            self._sweep = asyncio.create_task(self._sweeping(self.sweep_seconds), name="lastword-wakeup-sweep")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._sweep):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._sweep = None
+
+    async def _sweeping(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            if self._runs or self.hub.watched_runs() or self.hub.has_feed_subscribers or self.hub.has_child_waiters:
+                self.wake_all()
 
     def wake_run(self, run_id: str) -> None:
         """Run ``run_id``'s log grew (or may have)."""

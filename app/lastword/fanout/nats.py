@@ -21,9 +21,9 @@ every Durable Streams reader, and it publishes ``<prefix>.all`` so that every ot
 the same: notices it published while cut off may never have left it. A subscriber too slow for
 its pending limit (NATS drops what overflows) counts as cut off too.
 
-A replica that dies between a commit and its publish leaves that commit unheard until the
-run's next notice (or a reconnect): a stream here then waits for the next commit, where
-``NOTIFY`` would have delivered it. The next notice for the run, any replica's, reads it.
+A replica that dies between a commit and its publish leaves that commit unheard by the others
+(``NOTIFY`` would have delivered it): the cursors' sweep (:data:`SWEEP_SECONDS`) reads it, or
+the run's next notice, whichever comes first.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ CONNECT_TIMEOUT = 2
 RECONNECT_WAIT = 1
 #: Seconds a replica waits at start-up for NATS before it gives up (and says why).
 STARTUP_SECONDS = 5.0
+#: How often every cursor is read whether woken or not: the longest a commit whose notice was
+#: never published (its replica died right after the commit) waits to reach a stream here.
+SWEEP_SECONDS = 5.0
 #: A link that went silent is noticed after this many seconds times two unanswered pings.
 PING_INTERVAL = 5
 
@@ -89,7 +92,7 @@ class NatsFanout(Fanout):
         self.url = url
         self.servers = check_url(url)
         self.prefix = prefix
-        self.cursors = CursorPublisher(hub, store)
+        self.cursors = CursorPublisher(hub, store, sweep_seconds=SWEEP_SECONDS)
         self._client: Client | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Notices of committed transactions, appended by the store's threads.
