@@ -1,4 +1,4 @@
-"""(n) Replicas hearing each other over NATS against PostgreSQL's LISTEN/NOTIFY (SPEC §20).
+"""(o) Replicas hearing each other over NATS against PostgreSQL's LISTEN/NOTIFY (SPEC §20).
 
 For 2 and 4 replicas on one fresh PostgreSQL database, each way of carrying wake-ups in turn
 (``LISTEN/NOTIFY``, the default; ``LASTWORD_FANOUT_URL=nats://…`` against a ``nats-server`` this
@@ -88,7 +88,7 @@ def replicas(database_url: str, count: int, fanout_url: str | None) -> Iterator[
 
 async def _latency(servers: list[Server], iterations: int) -> list[float]:
     writer = await http.connect(servers[0].url)
-    run_id = f"bench-n-{secrets.token_hex(6)}"
+    run_id = f"bench-o-{secrets.token_hex(6)}"
     await writer.post_json("/v1/runs", {"runId": run_id, "mode": "continuable", "leaseSeconds": 0}, expect=201)
     snapshot, start, end = http.Tally(), http.Tally(), http.Tally()
     watch = {b"run/snapshot": snapshot, b"subagent/start": start, b"subagent/end": end}
@@ -129,7 +129,7 @@ async def _commits(servers: list[Server], seconds: float) -> float:
     async def write(server: Server) -> None:
         nonlocal done
         conn = await http.connect(server.url)
-        run_id = f"bench-n-{secrets.token_hex(6)}"
+        run_id = f"bench-o-{secrets.token_hex(6)}"
         await conn.post_json("/v1/runs", {"runId": run_id, "leaseSeconds": 0}, expect=201)
         try:
             while not stop.is_set():
@@ -149,7 +149,7 @@ async def _commits(servers: list[Server], seconds: float) -> float:
 
 
 def run(ctx: Context) -> Result:
-    result = Result("n", TITLE)
+    result = Result("o", TITLE)
     iterations = ctx.pick(40, 8)
     seconds = ctx.pick(8.0, 2.0)
     figures: dict[str, dict[int, dict[str, float]]] = {}
