@@ -77,7 +77,7 @@ def _notify(store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
 def _nats(settings: Settings, store: Store, hub: Hub, wakeups: Wakeups) -> Fanout:
     from lastword.errors import Unavailable
     from lastword.fanout.nats import NatsFanout, check_url, subject_prefix
-    from lastword.store.postgres import PostgresStore
+    from lastword.store.postgres.store import PostgresStore
 
     url = settings.fanout_url or ""
     check_url(url)

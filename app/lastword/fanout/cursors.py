@@ -8,7 +8,7 @@ it names, only for *whom*: "run R changed", "the firehose grew". This module kee
 someone here follows, the last ``seq`` it published (a cursor), and one for the firehose; a
 wake-up reads the log after the cursor, publishes what it finds in log order and moves the
 cursor. The log is the order: a run's ``seq``\\ s commit in order (its row lock), and feed ids
-become visible in id order (:mod:`lastword.store.postgres`), so a read after a cursor never
+become visible in id order (:mod:`lastword.store.postgres.store`), so a read after a cursor never
 skips what commits later.
 
 A run gets its cursor on the first wake-up after someone here began to follow it: its
@@ -35,7 +35,7 @@ from typing import Protocol
 from lastword.errors import NotFound
 from lastword.fanout.hub import Hub
 from lastword.store.protocols import Feed, RunLog
-from lastword.store.writes import LIVE_TYPES
+from lastword.store.sql.writes import LIVE_TYPES
 
 log = logging.getLogger("lastword")
 

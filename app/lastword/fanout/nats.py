@@ -3,7 +3,7 @@
 PostgreSQL's ``NOTIFY`` takes a lock at commit that every writing transaction of the database
 queues on; with many replicas writing, that lock is the ceiling. With a NATS URL set, the store
 sends no ``NOTIFY``: it hands each notice to this fan-out once its transaction has committed
-(:meth:`lastword.store.postgres.PostgresStore.announce_after_commit`), and the fan-out
+(:meth:`lastword.store.postgres.store.PostgresStore.announce_after_commit`), and the fan-out
 
 * wakes this replica's own cursors at once (no round trip for its own subscribers), and
 * publishes the notice on NATS: one subject per run (``<prefix>.run.<run id>``), one for the
