@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from nats.aio.client import Client
+
 from lastword.errors import Unavailable
 from lastword.fanout.cursors import CursorLog, CursorPublisher
 from lastword.fanout.hub import Hub
@@ -45,7 +47,6 @@ from lastword.rules.records import StoredEvent
 from lastword.store.notices import Notice, StreamNotice, parse_notice
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
     from nats.aio.msg import Msg
 
 log = logging.getLogger("lastword")
@@ -152,10 +153,6 @@ class NatsFanout(Fanout):
     # -- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        try:
-            from nats.aio.client import Client
-        except ImportError:
-            raise Unavailable("LASTWORD_FANOUT_URL needs the NATS client: pip install 'lastword[nats]'") from None
         self._loop = asyncio.get_running_loop()
         self.cursors.start()
         client = Client()
