@@ -1,0 +1,186 @@
+"""What ``lastword run`` sends besides the child's standard output (SPEC §19): the CLI's own record.
+
+A CLI writes more than it prints. Claude Code keeps the session's transcript and each subagent's
+own transcript (a subagent's text is never printed, and the tool result its parent gets may be
+cut); so ``lastword run`` sends them into the run, and a wrapped child's subagents are whole with
+no hook configured.
+
+**The order is the point.** The service never changes an ended turn (SPEC §7: a turn's end is
+final, its ``subagent/end`` and webhooks already out), so a transcript must be stored before the
+stdout line that ends the turn it feeds:
+
+- a subagent's transcript is sent when its ``system/task_notification`` line (printed for
+  foreground and background subagents alike, naming ``task_id`` = the agentId and the
+  ``tool_use_id``), or the parent's tool result naming its ``agentId``, is read, **before** that
+  line is passed on: that line (or the tool result after it) ends the child run
+  ``{runId}.{tool_use_id}``. The subagent has finished then, but Claude Code may not have
+  written its last reply yet: the line is held until the ``.meta.json`` says ``finished``
+  (at most ``FINISH_SECONDS``; the child's next lines wait in the pipe).
+  The child run then holds the subagent's own messages; the cut tool result the parent saw stays
+  logged on the parent. (This is the moment Claude Code's ``SubagentStop`` hook fires.)
+- the session's transcript is sent when the child has exited, **before** the stdout body ends:
+  the parent's turn ends with that body (the stdout's ``result`` line takes effect at its end).
+  Lines both sent are the same events (eventIds from the lines' ``uuid``s and ``message.id``s):
+  nothing is stored twice. Subagent transcripts not sent yet (their end line was never
+  printed) go with it, linked by their ``.meta.json``.
+
+A transcript that cannot be found or stored never changes the child's answer: one line on
+standard error says which and why, and the stdout goes on as it is.
+
+A child that lastword itself signalled is not reconciled at its exit: its turn is ``cancelled``
+with what it printed before the signal (see :mod:`lastword.cli.run`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from lastword.cli import claude_code_files as files
+from lastword.client.core import LastwordAPIError, LastwordClient
+
+TRANSCRIPT_FORMAT = "claude-code-transcript"
+#: Seconds a subagent's end line is held for Claude Code to mark its transcript finished (the
+#: child's next lines wait in the pipe meanwhile), and how often the mark is looked for.
+FINISH_SECONDS = 5.0
+FINISH_POLL = 0.02
+
+
+class Reconciler(Protocol):
+    """Watches the child's lines and sends the CLI's own record of them."""
+
+    def before(self, line: bytes) -> None:
+        """A line is read, not yet passed on to the service."""
+
+    def at_exit(self) -> None:
+        """The child has exited; its output is not yet ended."""
+
+
+Say = Callable[[str], None]
+
+
+def _stderr(err: IO[str]) -> Say:
+    return lambda text: print(f"lastword run: {text}", file=err, flush=True)
+
+
+class ClaudeCodeTranscripts:
+    """Claude Code's session and subagent transcripts, sent as the module's docstring says."""
+
+    def __init__(self, client: LastwordClient, run_id: str, say: Say, finish_seconds: float = FINISH_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._finish_seconds = finish_seconds
+        self._clock = clock
+        self._run_id = run_id
+        self._say = say
+        self._session_id: str | None = None
+        self._cwd: str | None = None
+        #: The subagent transcripts sent (by path): each once.
+        self._sent: set[Path] = set()
+
+    def before(self, line: bytes) -> None:
+        # Only three kinds of line matter; the rest (most of a long session) is not parsed.
+        if b'"init"' not in line and b"task_notification" not in line and b'"agentId"' not in line:
+            return
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            return  # the service names a line it cannot read
+        if not isinstance(parsed, dict):
+            return
+        if parsed.get("type") == "system" and parsed.get("subtype") == "init":
+            session_id, cwd = parsed.get("session_id"), parsed.get("cwd")
+            if isinstance(session_id, str) and isinstance(cwd, str):
+                self._session_id, self._cwd = session_id, cwd
+        for agent_id, call_id in _finished_subagents(parsed):
+            self._send_subagent(agent_id, call_id)
+
+    def at_exit(self) -> None:
+        session = self._session()
+        if session is None:
+            if self._session_id is not None:
+                self._say(f"no transcript of session {self._session_id} under {files.config_dir()}: "
+                          "the subagents' own messages are not sent")
+            return
+        self._send(session, None)
+        for transcript in files.subagent_transcripts(session):
+            if transcript not in self._sent:
+                self._sent.add(transcript)
+                self._send(transcript, files.tool_use_id(transcript))
+
+    def _session(self) -> Path | None:
+        if self._session_id is None or self._cwd is None:
+            return None
+        return files.session_transcript(self._session_id, self._cwd)
+
+    def _send_subagent(self, agent_id: str, call_id: str) -> None:
+        session = self._session()
+        transcript = None if session is None else files.subagent_transcript(session, agent_id)
+        if transcript is None:
+            self._say(f"no transcript of subagent {agent_id}: its child run keeps the tool result")
+            return
+        if transcript in self._sent:
+            return
+        if not self._finished(transcript):
+            self._say(f"subagent {agent_id}'s transcript was not finished within {FINISH_SECONDS:g} s: its child run "
+                      "keeps the tool result (the transcript is sent at the exit, kept on the run)")
+            return
+        self._sent.add(transcript)
+        self._send(transcript, call_id)
+
+    def _finished(self, transcript: Path) -> bool:
+        """Whether Claude Code marks the transcript finished within ``finish_seconds``: it has
+        no other signal, so its ``.meta.json`` is read again every ``FINISH_POLL`` seconds."""
+        deadline = self._clock() + self._finish_seconds
+        while not files.finished(transcript):
+            if self._clock() >= deadline:
+                return False
+            time.sleep(FINISH_POLL)
+        return True
+
+    def _send(self, transcript: Path, tool_use_id: str | None) -> None:
+        try:
+            body = files.whole_lines(transcript.read_bytes())
+            if body.strip():
+                self._client.ingest_cli_stream(self._run_id, TRANSCRIPT_FORMAT, [body], tool_use_id=tool_use_id)
+        except LastwordAPIError as error:
+            self._say(f"{transcript.name} not stored: {error.status} {error.code}: "
+                      f"{error.problem.get('detail') or error.problem.get('title') or ''}".rstrip(": "))
+        except Exception as error:  # noqa: BLE001 -- the stdout's answer stands whatever happens here
+            self._say(f"{transcript.name} not stored: {type(error).__name__}: {error}")
+
+
+def _finished_subagents(line: dict[str, Any]) -> list[tuple[str, str]]:
+    """(agentId, tool_use_id) of each subagent the line says has finished."""
+    if line.get("type") == "system" and line.get("subtype") == "task_notification":
+        agent_id, call_id = line.get("task_id"), line.get("tool_use_id")
+        if isinstance(agent_id, str) and isinstance(call_id, str):
+            return [(agent_id, call_id)]
+        return []
+    result = line.get("tool_use_result")
+    if line.get("type") != "user" or not isinstance(result, dict):
+        return []
+    agent_id = result.get("agentId")
+    if not isinstance(agent_id, str) or result.get("status") == "async_launched" or result.get("isAsync") is True:
+        return []
+    message = line.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    calls = [block.get("tool_use_id") for block in content or [] if isinstance(block, dict)
+             and block.get("type") == "tool_result"] if isinstance(content, list) else []
+    # The line-level tool_use_result belongs to a line holding one result (SPEC §16a).
+    return [(agent_id, calls[0])] if len(calls) == 1 and isinstance(calls[0], str) else []
+
+
+def reconciler_for(format: str, client: LastwordClient, run_id: str, err: IO[str] | None = None) -> Reconciler | None:
+    """The reconciler of an ingest format, or None for a CLI whose record is not read."""
+    say = _stderr(err or sys.stderr)
+    if format == "claude-code":
+        return ClaudeCodeTranscripts(client, run_id, say)
+    return None
+
+
+__all__ = ["ClaudeCodeTranscripts", "Reconciler", "reconciler_for"]
