@@ -81,6 +81,8 @@ class ClaudeCodeTranscripts:
         self._cwd: str | None = None
         #: The subagent transcripts sent (by path): each once.
         self._sent: set[Path] = set()
+        #: The subagents whose end was read (by agentId).
+        self._tried: set[str] = set()
 
     def before(self, line: bytes) -> None:
         # Only three kinds of line matter; the rest (most of a long session) is not parsed.
@@ -118,8 +120,13 @@ class ClaudeCodeTranscripts:
         return files.session_transcript(self._session_id, self._cwd)
 
     def _send_subagent(self, agent_id: str, call_id: str) -> None:
+        if agent_id in self._tried:
+            return  # its task_notification, then the tool result naming it
+        self._tried.add(agent_id)
         session = self._session()
-        transcript = None if session is None else files.subagent_transcript(session, agent_id)
+        if session is None:
+            return  # said once, at the exit
+        transcript = files.subagent_transcript(session, agent_id)
         if transcript is None:
             self._say(f"no transcript of subagent {agent_id}: its child run keeps the tool result")
             return

@@ -293,8 +293,8 @@ def _end_turn(client: LastwordClient, run_id: str, name: str, exit_status: int, 
               refusal: LastwordAPIError | None) -> None:
     """End a turn that the child's output left open; a turn ended meanwhile (its parent
     cancelled it, its lease ran out) keeps the stop reason it ended with."""
-    if refusal is not None and refusal.code == "run_ended":
-        return
+    if refusal is not None and refusal.code == "run_ended" and refusal.problem.get("runId", run_id) == run_id:
+        return  # ours ended; a child's end (a subagent's run ``{runId}.{id}``) says nothing of ours
     error: dict[str, Any] | None = None
     if signalled:
         stop_reason = "cancelled"
