@@ -65,7 +65,7 @@ def test_a_split_subagent_reply_is_its_own_in_the_child_run_with_no_hook(shared_
     child = the_child(shared_api, run_id)
     # the subagent's own two replies, the first cut by the ceiling: not the parent's tool result
     own = child_messages(shared_api, child)
-    assert [texts(event["message"]["content"]) for event in own] == [PART_ONE, SPLIT_TAIL]
+    assert [texts(event["message"]["content"]) for event in own] == [PART_ONE, SPLIT_TAIL], details["stderr"]
     assert own[0]["message"]["stopReason"] == "max_tokens"
     assert all(event["source"]["format"] == "claude-code-transcript" for event in own)
     answer = result(shared_api, child)

@@ -15,7 +15,8 @@ stdout line that ends the turn it feeds:
   line is passed on: that line (or the tool result after it) ends the child run
   ``{runId}.{tool_use_id}``. The subagent has finished then, but Claude Code may not have
   written its last reply yet: the line is held until the ``.meta.json`` says ``finished``
-  (at most ``FINISH_SECONDS``; the child's next lines wait in the pipe).
+  (at most ``FINISH_SECONDS``; the child's next lines wait in the pipe; past that, the
+  transcript goes at the exit, and what the ended child cannot take is kept on the parent).
   The child run then holds the subagent's own messages; the cut tool result the parent saw stays
   logged on the parent. (This is the moment Claude Code's ``SubagentStop`` hook fires.)
 - the session's transcript is sent when the child has exited, **before** the stdout body ends:
@@ -46,7 +47,7 @@ from lastword.client.core import LastwordAPIError, LastwordClient
 TRANSCRIPT_FORMAT = "claude-code-transcript"
 #: Seconds a subagent's end line is held for Claude Code to mark its transcript finished (the
 #: child's next lines wait in the pipe meanwhile), and how often the mark is looked for.
-FINISH_SECONDS = 5.0
+FINISH_SECONDS = 10.0
 FINISH_POLL = 0.02
 
 
@@ -123,31 +124,31 @@ class ClaudeCodeTranscripts:
         if agent_id in self._tried:
             return  # its task_notification, then the tool result naming it
         self._tried.add(agent_id)
-        session = self._session()
-        if session is None:
-            return  # said once, at the exit
-        transcript = files.subagent_transcript(session, agent_id)
+        if self._session_id is None:
+            return  # no init line: said once, at the exit
+        transcript = self._whole_subagent(agent_id)
         if transcript is None:
-            self._say(f"no transcript of subagent {agent_id}: its child run keeps the tool result")
+            self._say(f"subagent {agent_id}'s transcript was not whole within {self._finish_seconds:g} s: its child "
+                      "run keeps the tool result (the transcript is sent at the exit, kept on the run)")
             return
-        if transcript in self._sent:
-            return
-        if not self._finished(transcript):
-            self._say(f"subagent {agent_id}'s transcript was not finished within {FINISH_SECONDS:g} s: its child run "
-                      "keeps the tool result (the transcript is sent at the exit, kept on the run)")
-            return
-        self._sent.add(transcript)
-        self._send(transcript, call_id)
+        if transcript not in self._sent:
+            self._sent.add(transcript)
+            self._send(transcript, call_id)
 
-    def _finished(self, transcript: Path) -> bool:
-        """Whether Claude Code marks the transcript finished within ``finish_seconds``: it has
-        no other signal, so its ``.meta.json`` is read again every ``FINISH_POLL`` seconds."""
+    def _whole_subagent(self, agent_id: str) -> Path | None:
+        """The subagent's transcript once Claude Code has written it whole, or None when it has
+        not within ``finish_seconds``. Claude Code signals nothing, so the files are looked at
+        again every ``FINISH_POLL`` seconds (the session's file too: it is written by the same
+        queue, and may not be there yet on a busy machine)."""
         deadline = self._clock() + self._finish_seconds
-        while not files.finished(transcript):
+        while True:
+            session = self._session()
+            transcript = None if session is None else files.subagent_transcript(session, agent_id)
+            if transcript is not None and files.finished(transcript):
+                return transcript
             if self._clock() >= deadline:
-                return False
+                return None
             time.sleep(FINISH_POLL)
-        return True
 
     def _send(self, transcript: Path, tool_use_id: str | None) -> None:
         try:
