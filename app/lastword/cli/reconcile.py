@@ -35,6 +35,8 @@ with what it printed before the signal (see :mod:`lastword.cli.run`).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -183,12 +185,113 @@ def _finished_subagents(line: dict[str, Any]) -> list[tuple[str, str]]:
     return [(agent_id, calls[0])] if len(calls) == 1 and isinstance(calls[0], str) else []
 
 
-def reconciler_for(format: str, client: LastwordClient, run_id: str, err: IO[str] | None = None) -> Reconciler | None:
-    """The reconciler of an ingest format, or None for a CLI whose record is not read."""
+#: The line ``opencode run --format json`` prints for each part type ``opencode export`` holds.
+OPENCODE_LINES = {"step-start": "step_start", "text": "text", "reasoning": "reasoning", "tool": "tool_use",
+                  "step-finish": "step_finish"}
+#: Seconds ``opencode export`` / ``session list`` may take.
+EXPORT_SECONDS = 60.0
+
+
+class OpencodeExport:
+    """opencode's last step from ``opencode export SESSION`` when its text never reached stdout.
+
+    ``opencode run`` may exit 0 with its final text part unprinted (opencode#50514: the part
+    races the session's idle event), even with nothing printed at all; the text is in its
+    database. So when no ``text`` line followed the last ``step_start`` printed (or nothing was
+    printed), the session is exported (the executable the child ran, ``export SESSION``: one JSON
+    object, ``{info, messages: [{info, parts}]}``) and each assistant part stdout did not carry is
+    added to the output as the line ``opencode run`` prints for it (``{type, timestamp,
+    sessionID, part}``), before the output ends: the adapter of §16 reads them as it reads
+    stdout, and a part printed already is not added again. The session is the one stdout names,
+    else the newest of ``opencode session list`` in the working directory created since the
+    child started."""
+
+    def __init__(self, executable: str, started_ms: int, say: Say, feed: Callable[[bytes], None]) -> None:
+        self._executable = executable
+        self._started_ms = started_ms
+        self._say = say
+        self._feed = feed
+        self._session: str | None = None
+        self._printed: set[str] = set()
+        self._text_since_step = False
+
+    def before(self, line: bytes) -> None:
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(parsed, dict):
+            return
+        if isinstance(parsed.get("sessionID"), str):
+            self._session = self._session or parsed["sessionID"]
+        part = parsed.get("part")
+        if isinstance(part, dict) and isinstance(part.get("id"), str):
+            self._printed.add(part["id"])
+        if parsed.get("type") == "step_start":
+            self._text_since_step = False
+        elif parsed.get("type") == "text":
+            self._text_since_step = True
+
+    def at_exit(self) -> None:
+        if self._text_since_step:
+            return
+        session = self._session or self._newest_session()
+        if session is None:
+            self._say("opencode printed no text and no session of it was found: nothing to export")
+            return
+        exported = self._json([self._executable, "export", session])
+        messages = exported.get("messages") if isinstance(exported, dict) else None
+        if not isinstance(messages, list):
+            self._say(f"opencode export {session} gave no messages: nothing added")
+            return
+        added = 0
+        for message in messages:
+            info = message.get("info") if isinstance(message, dict) else None
+            if not isinstance(info, dict) or info.get("role") != "assistant":
+                continue
+            for part in message.get("parts") or []:
+                kind = OPENCODE_LINES.get(str(part.get("type"))) if isinstance(part, dict) else None
+                if kind is None or not isinstance(part.get("id"), str) or part["id"] in self._printed:
+                    continue
+                self._printed.add(part["id"])
+                stamp = (part.get("time") or {}).get("end") or (info.get("time") or {}).get("created")
+                self._feed(json.dumps({"type": kind, "timestamp": stamp, "sessionID": session, "part": part}).encode() + b"\n")
+                added += 1
+        if added:
+            self._say(f"opencode's last text never reached stdout: {added} part(s) taken from opencode export {session}")
+
+    def _newest_session(self) -> str | None:
+        listed = self._json([self._executable, "session", "list", "--format", "json"])
+        here = os.getcwd()
+        found = [item for item in listed if isinstance(item, dict) and item.get("directory") == here
+                 and isinstance(item.get("id"), str) and _created(item) >= self._started_ms] if isinstance(listed, list) else []
+        return str(max(found, key=_created)["id"]) if found else None
+
+    def _json(self, argv: list[str]) -> Any:
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=EXPORT_SECONDS)
+            return json.loads(done.stdout) if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError) as error:
+            self._say(f"{' '.join(argv[1:3])} failed: {type(error).__name__}: {error}")
+            return None
+
+
+def _created(item: dict[str, Any]) -> int:
+    time_ = item.get("time")
+    created = time_.get("created") if isinstance(time_, dict) else item.get("created")
+    return created if isinstance(created, int) else 0
+
+
+def reconciler_for(format: str, client: LastwordClient, run_id: str, *, executable: str, started_ms: int,
+                   feed: Callable[[bytes], None], err: IO[str] | None = None) -> Reconciler | None:
+    """The reconciler of an ingest format, or None for a CLI whose record is not read.
+    ``executable``: the child's; ``feed`` adds a line to its output."""
     say = _stderr(err or sys.stderr)
     if format == "claude-code":
         return ClaudeCodeTranscripts(client, run_id, say)
+    if format == "opencode" and os.path.basename(executable) == "opencode":
+        return OpencodeExport(executable, started_ms, say, feed)
     return None
 
 
-__all__ = ["ClaudeCodeTranscripts", "Reconciler", "reconciler_for"]
+__all__ = ["ClaudeCodeTranscripts", "OpencodeExport", "Reconciler", "reconciler_for"]

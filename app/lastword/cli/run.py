@@ -34,7 +34,9 @@ under ``$CLAUDE_CONFIG_DIR`` (else ``~/.claude``): a subagent's own transcript a
 end is printed, before that line goes on (so its child run ``{runId}.{tool_use_id}`` holds the
 subagent's own messages, not the cut tool result its parent got), and the session's when the
 child has exited, before the output ends. No hook is needed. A transcript that cannot be found or
-stored is named on standard error and changes nothing else.
+stored is named on standard error and changes nothing else. For opencode, when no text followed
+the last step it printed (it may exit 0 with its final text unprinted, opencode#50514), the parts
+``opencode export SESSION`` holds that stdout did not are added to the output at the exit.
 
 **Signals.** SIGINT and SIGTERM are passed on to the child and end the turn ``cancelled``: the
 body ends with the lines read before the signal (what the child prints after it is read and
@@ -220,6 +222,7 @@ def run_child(
         raise CommandNotRun(NOT_FOUND, f"{command[0]}: command not found")
     name = os.path.basename(command[0])
     run = client.create_run(run_id, parent_run_id=parent_run_id, agent=agent or name, lease_seconds=lease_seconds)
+    started_ms = int(time.time() * 1000)  # opencode's session list stamps sessions so
     try:
         child = subprocess.Popen([executable, *command[1:]], stdout=subprocess.PIPE)
     except OSError as error:
@@ -244,7 +247,8 @@ def run_child(
         child.send_signal(signum)
 
     previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
-    reconciler = reconciler_for(format, client, run.runId)
+    reconciler = reconciler_for(format, client, run.runId, executable=executable, started_ms=started_ms,
+                                feed=output.append)
     try:
         _read_lines(child.stdout, output, None if reconciler is None else reconciler.before)
         exit_status = child.wait()
