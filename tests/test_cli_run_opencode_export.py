@@ -9,9 +9,9 @@ stdout what the race drops; ``opencode export`` is the real one, on the real ses
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +38,33 @@ texts = [index for index, line in enumerate(lines) if json.loads(line)["type"] =
 # what opencode#50514 loses: the last text part, or everything
 kept = [] if MODE == "nothing" else [line for index, line in enumerate(lines) if index != texts[-1]]
 sys.stdout.buffer.write(b"".join(kept))
-sys.exit(done.returncode)
+sys.exit(1 if MODE == "failed" else done.returncode)
 """
+
+
+def raced(tmp_path: Path, mode: str) -> Path:
+    """An ``opencode`` that runs the real one and drops from its stdout what ``mode`` says."""
+    wrapper = tmp_path / "opencode"
+    wrapper.write_text(RACED.format(python=sys.executable, real=str(BIN / "opencode"), mode=mode))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    return wrapper
+
+
+def through_lastword(url: str, run_id: str, wrapper: Path) -> Any:
+    def wrap(argv: list[str]) -> list[str]:
+        return [sys.executable, "-m", "lastword.cli", "run", "--url", url, "--run-id", run_id, "--",
+                str(wrapper), *argv[1:]]
+    return wrap
 
 
 @pytest.mark.parametrize("lost", ["last text", "nothing"])
 def test_the_last_text_opencode_never_printed_comes_from_its_export(
         shared_api: httpx.Client, shared_base_url: str, tmp_path: Path, lost: str) -> None:  # noqa: F811
-    wrapper = tmp_path / "opencode"
-    wrapper.write_text(RACED.format(python=sys.executable, real=str(BIN / "opencode"),
-                                    mode="nothing" if lost == "nothing" else "text"))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    run_id = f"opencode-export-{lost.replace(' ', '-')}-{os.getpid()}-{shared_base_url.rsplit(':', 1)[-1]}"
-
-    def wrap(argv: list[str]) -> list[str]:
-        return [sys.executable, "-m", "lastword.cli", "run", "--url", shared_base_url, "--run-id", run_id, "--",
-                str(wrapper), *argv[1:]]
-
+    wrapper = raced(tmp_path, "nothing" if lost == "nothing" else "text")
+    run_id = f"opencode-export-{lost.replace(' ', '-')}-{uuid.uuid4().hex}"
     details: dict[str, Any] = {}
-    out, status = run_cli("opencode", "completion", details=details, wrap=wrap)
+    out, status = run_cli("opencode", "completion", details=details,
+                          wrap=through_lastword(shared_base_url, run_id, wrapper))
     assert (status, out.decode()) == (0, ANSWER + "\n"), details["stderr"]
     assert b"opencode export" in details["stderr"], details["stderr"]
     answer = result(shared_api, run_id)
@@ -67,3 +75,15 @@ def test_the_last_text_opencode_never_printed_comes_from_its_export(
     # once each, though the export holds the parts stdout printed too: the text, and the step's usage
     assert [message["content"] for message in messages if message["content"]] == [[{"type": "text", "text": ANSWER}]]
     assert len([message for message in messages if message.get("usage")]) == 1
+
+
+def test_a_failed_opencode_is_not_taken_for_the_race(shared_api: httpx.Client, shared_base_url: str,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    """A run that exited non-zero is not opencode#50514: its export is not read (it might say a
+    step ended that the failed run never finished)."""
+    run_id = f"opencode-failed-{uuid.uuid4().hex}"
+    details: dict[str, Any] = {}
+    run_cli("opencode", "completion", details=details,
+            wrap=through_lastword(shared_base_url, run_id, raced(tmp_path, "failed")))
+    assert b"opencode export" not in details["stderr"], details["stderr"]
+    assert result(shared_api, run_id)["output"] == []

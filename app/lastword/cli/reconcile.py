@@ -59,8 +59,8 @@ class Reconciler(Protocol):
     def before(self, line: bytes) -> None:
         """A line is read, not yet passed on to the service."""
 
-    def at_exit(self) -> None:
-        """The child has exited; its output is not yet ended."""
+    def at_exit(self, exit_status: int) -> None:
+        """The child has exited with ``exit_status``; its output is not yet ended."""
 
 
 Say = Callable[[str], None]
@@ -104,7 +104,9 @@ class ClaudeCodeTranscripts:
         for agent_id, call_id in _finished_subagents(parsed):
             self._send_subagent(agent_id, call_id)
 
-    def at_exit(self) -> None:
+    def at_exit(self, exit_status: int) -> None:
+        # Whatever the status: a killed child's transcript holds what it did (it never ends the
+        # parent's turn, which then ends error, no_terminal_event, with what was selected).
         session = self._session()
         if session is None:
             if self._session_id is not None:
@@ -197,8 +199,8 @@ class OpencodeExport:
 
     ``opencode run`` may exit 0 with its final text part unprinted (opencode#50514: the part
     races the session's idle event), even with nothing printed at all; the text is in its
-    database. So when no ``text`` line followed the last ``step_start`` printed (or nothing was
-    printed), the session is exported (the executable the child ran, ``export SESSION``: one JSON
+    database. So when it exited 0 and no ``text`` line followed the last ``step_start`` printed
+    (or nothing was printed), the session is exported (the executable the child ran, ``export SESSION``: one JSON
     object, ``{info, messages: [{info, parts}]}``) and each assistant part stdout did not carry is
     added to the output as the line ``opencode run`` prints for it (``{type, timestamp,
     sessionID, part}``), before the output ends: the adapter of §16 reads them as it reads
@@ -232,9 +234,9 @@ class OpencodeExport:
         elif parsed.get("type") == "text":
             self._text_since_step = True
 
-    def at_exit(self) -> None:
-        if self._text_since_step:
-            return
+    def at_exit(self, exit_status: int) -> None:
+        if exit_status != 0 or self._text_since_step:
+            return  # a failed or killed run is not the race: its export may say a step ended that never did
         session = self._session or self._newest_session()
         if session is None:
             self._say("opencode printed no text and no session of it was found: nothing to export")

@@ -254,7 +254,7 @@ def run_child(
         exit_status = child.wait()
         if reconciler is not None and not signalled.is_set():
             # Before the output ends: the stdout body's end ends the turn (SPEC §19).
-            reconciler.at_exit()
+            reconciler.at_exit(exit_status)
         output.end()
     finally:
         # Once the child is gone, a signal stops lastword itself (say, while it waits for a
