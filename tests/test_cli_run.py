@@ -390,3 +390,24 @@ def test_the_output_of_an_exited_child_is_offered_for_retry_seconds(tmp_path: Pa
         assert b"cannot reach the service" in err
     finally:
         server.stop()
+
+
+def test_a_subagent_line_after_its_child_ended_never_ends_the_parents_delivery(server: ServerProcess,
+                                                                               child: list[str]) -> None:
+    """Issue 39: a subagent's line printed after its child run ended is refused for the child
+    (409 ``run_ended`` naming ``{runId}.{id}``); that is not the parent's end. The parent's turn
+    goes on to the CLI's own end, and ``lastword run`` answers it (was: exit 7, nothing on
+    stderr, the parent left running)."""
+    recorded = (REPO / "tests/cli_children/fixtures/claude-code-transcript/subagent_split/stdout.ndjson").read_text()
+    lines = [json.loads(line) for line in recorded.splitlines()]
+    at = next(index for index, line in enumerate(lines) if line["type"] == "user" and line.get("tool_use_result"))
+    late = {**next(line for line in lines if line.get("parent_tool_use_id")), "uuid": "late-subagent-line"}
+    lines.insert(at + 1, late)  # after the tool result that ended the child
+    stdin = "".join(json.dumps(line) + "\n" for line in lines) + "exit 0\n"
+    done = run_through(server.url, child, stdin, "--format", "claude-code", "--run-id", "issue-39-late")
+    assert done.returncode == 0 and b"ended" not in done.stderr, done.stderr
+    assert done.stdout == b"The subagent's report is in.\n"
+    kept = [event for event in logged(server.url, "issue-39-late") if event["type"] == "x-claude-code-late-subagent"]
+    assert len(kept) == 1 and "late-subagent-line" in kept[0]["eventId"], kept
+    (subagent,) = httpx.get(f"{server.url}/v1/runs/issue-39-late/children", timeout=10).json()["children"]
+    assert (subagent["status"], subagent["stopReason"]) == ("ended", "completed"), subagent

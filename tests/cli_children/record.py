@@ -201,13 +201,15 @@ def _resume_argv(cli: str, argv: list[str], first: bytes) -> list[str]:
 
 def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = False,
             details: dict[str, Any] | None = None, env_extra: dict[str, str] | None = None,
-            setup: Callable[[Path], None] | None = None) -> tuple[bytes, int]:
+            setup: Callable[[Path], None] | None = None,
+            wrap: Callable[[list[str]], list[str]] | None = None) -> tuple[bytes, int]:
     """Run one CLI x scenario against its fake; return (stdout bytes, exit code).
 
     ``details``, when given, is filled with argv, stderr, the fake's request log, etc.; for a
     two-turn scenario also ``turn2`` = (argv, stdout, exit code, stderr) of the resumed run.
     ``env_extra`` is added to the CLI's environment; ``setup(tmp)`` runs before it starts (to
-    write settings under ``tmp/home``).
+    write settings under ``tmp/home``). ``wrap(argv)`` gives the command actually run (the CLI under
+    ``lastword run``, say); its stdout is then the wrapper's.
     """
     spec = CLIS[cli]
     tmp = Path(tempfile.mkdtemp(prefix=f"cli-{cli}-{scenario}-"))
@@ -225,6 +227,8 @@ def run_cli(cli: str, scenario: str, timeout: float = TIMEOUT, keep: bool = Fals
         env.update(env_extra or {})
         if setup is not None:
             setup(tmp)
+        if wrap is not None:
+            argv = wrap(argv)
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,

@@ -334,12 +334,16 @@ def _hook(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from lastword.cli import run
+    from lastword.cli.json_flags import with_json_flags
 
     command = args.child[1:] if args.child[:1] == ["--"] else args.child
     try:
         if not command:
             raise run.UsageError("give the command to run after --")
         format = run.format_of(command, args.format)
+        command, changed = with_json_flags(command, format)
+        if changed is not None:
+            print(f"lastword run: {changed}", file=sys.stderr, flush=True)
         with _client(args) as client:
             outcome = run.run_child(client, command, format=format, run_id=args.run_id,
                                     parent_run_id=args.parent, agent=args.agent, lease_seconds=args.lease,
@@ -531,9 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
         "printed (sent again from the start after a lost connection: nothing is lost or stored twice), "
         "and when it exits print the selected output. Standard input and error are COMMAND's own; "
         "SIGINT and SIGTERM are passed on to it (SIGKILL after --kill-after) and end the turn cancelled; "
-        "a COMMAND that exits without a line ending its turn ends it error (no_terminal_event).",
-        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests' "
-                         "--output-format stream-json --verbose")
+        "a COMMAND that exits without a line ending its turn ends it error (no_terminal_event). "
+        "A known CLI run headless gets the flags that make it print JSON lines when they are missing "
+        "(claude -p: --output-format stream-json --verbose; codex exec: --json; opencode run: --format json), "
+        "said on stderr. Claude Code's own transcripts (session and subagents) are sent too, so its "
+        "subagents' child runs hold their own messages with no hook.",
+        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests'")
         + "\nexit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
     )
     run.add_argument("--run-id", help="the run's id (default: a new one)")

@@ -43,6 +43,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lastword.cli.claude_code_files import tool_use_id, whole_lines
+
 #: The whole command's budget, under Claude Code's patience and the 5 s promised.
 DEADLINE_SECONDS = 3.0
 #: One request's timeout (connect, read, write each).
@@ -116,21 +118,11 @@ def _hook(hook: Any) -> list[str]:
             raise ValueError(f"creating the run {run_id!r}: {status} {body.decode(errors='replace')[:300]}")
     agent = hook.get("agent_transcript_path")
     if isinstance(agent, str) and agent:
-        said.append(_send(service, run_id, Path(agent), _tool_use_id(Path(agent))))
+        said.append(_send(service, run_id, Path(agent), tool_use_id(Path(agent))))
     session = hook.get("transcript_path")
     if hook.get("hook_event_name") != "SubagentStop" and isinstance(session, str) and session:
         said.append(_send(service, run_id, Path(session), None))
     return said
-
-
-def _tool_use_id(transcript: Path) -> str | None:
-    """The tool call that ran the subagent, from the ``.meta.json`` Claude Code writes beside it."""
-    try:
-        meta = json.loads(transcript.with_name(transcript.stem + ".meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-    found = meta.get("toolUseId") if isinstance(meta, dict) else None
-    return found if isinstance(found, str) and found else None
 
 
 def state_file(run_id: str, transcript: Path) -> Path:
@@ -151,7 +143,7 @@ def _send(service: _Service, run_id: str, transcript: Path, tool_use_id: str | N
             offset = 0  # not the file the state was kept for: send it whole
         file.seek(offset)
         data = file.read()
-    whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
+    whole = whole_lines(data)  # a line still being written waits for the next call
     if not whole.strip():
         return f"{transcript.name}: nothing new"
     params = {"toolUseId": tool_use_id} if tool_use_id else {}

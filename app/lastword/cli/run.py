@@ -28,6 +28,16 @@ the child's exit status (a turn that never said it ended is not known to be comp
 the output selected so far. A body the service refused (a line it cannot read) ends it
 ``error`` with the service's words.
 
+**The CLI's own record** (SPEC §19, :mod:`lastword.cli.reconcile`). For Claude Code, the
+transcripts it writes are sent too, found from the ``init`` line's ``session_id`` and ``cwd``
+under ``$CLAUDE_CONFIG_DIR`` (else ``~/.claude``): a subagent's own transcript as soon as its
+end is printed, before that line goes on (so its child run ``{runId}.{tool_use_id}`` holds the
+subagent's own messages, not the cut tool result its parent got), and the session's when the
+child has exited, before the output ends. No hook is needed. A transcript that cannot be found or
+stored is named on standard error and changes nothing else. For opencode, when no text followed
+the last step it printed (it may exit 0 with its final text unprinted, opencode#50514), the parts
+``opencode export SESSION`` holds that stdout did not are added to the output at the exit.
+
 **Signals.** SIGINT and SIGTERM are passed on to the child and end the turn ``cancelled``: the
 body ends with the lines read before the signal (what the child prints after it is read and
 dropped, so a child that ignores the signal and finishes cannot end the turn ``completed``), and
@@ -51,12 +61,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
 from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
+from lastword.cli.reconcile import reconciler_for
 from lastword.client import retry
 from lastword.client.core import LastwordAPIError, LastwordClient
 from lastword.schemas import IngestResult, SubagentResult
@@ -211,6 +222,7 @@ def run_child(
         raise CommandNotRun(NOT_FOUND, f"{command[0]}: command not found")
     name = os.path.basename(command[0])
     run = client.create_run(run_id, parent_run_id=parent_run_id, agent=agent or name, lease_seconds=lease_seconds)
+    started_ms = int(time.time() * 1000)  # opencode's session list stamps sessions so
     try:
         child = subprocess.Popen([executable, *command[1:]], stdout=subprocess.PIPE)
     except OSError as error:
@@ -235,9 +247,15 @@ def run_child(
         child.send_signal(signum)
 
     previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
+    reconciler = reconciler_for(format, client, run.runId, executable=executable, started_ms=started_ms,
+                                feed=output.append)
     try:
-        _read_lines(child.stdout, output)
+        _read_lines(child.stdout, output, None if reconciler is None else reconciler.before)
         exit_status = child.wait()
+        if reconciler is not None and not signalled.is_set():
+            # Before the output ends: the stdout body's end ends the turn (SPEC §19).
+            reconciler.at_exit(exit_status)
+        output.end()
     finally:
         # Once the child is gone, a signal stops lastword itself (say, while it waits for a
         # service that is down): the first one, passed on, already asked for the end.
@@ -264,20 +282,23 @@ def _escalate(child: subprocess.Popen[bytes], signalled: threading.Event, over: 
             child.kill()
 
 
-def _read_lines(stdout: IO[bytes] | None, output: ChildOutput) -> None:
+def _read_lines(stdout: IO[bytes] | None, output: ChildOutput, before: Callable[[bytes], None] | None) -> None:
+    """Every line the child prints into ``output``; ``before`` sees each first (see
+    :mod:`lastword.cli.reconcile`: a transcript may have to be stored before a line is)."""
     assert stdout is not None
     with stdout:
         for line in stdout:  # a line as soon as it is complete (the pipe's reads return what is there)
+            if before is not None:
+                before(line)
             output.append(line)
-    output.end()
 
 
 def _end_turn(client: LastwordClient, run_id: str, name: str, exit_status: int, signalled: bool,
               refusal: LastwordAPIError | None) -> None:
     """End a turn that the child's output left open; a turn ended meanwhile (its parent
     cancelled it, its lease ran out) keeps the stop reason it ended with."""
-    if refusal is not None and refusal.code == "run_ended":
-        return
+    if refusal is not None and refusal.code == "run_ended" and refusal.problem.get("runId", run_id) == run_id:
+        return  # ours ended; a child's end (a subagent's run ``{runId}.{id}``) says nothing of ours
     error: dict[str, Any] | None = None
     if signalled:
         stop_reason = "cancelled"

@@ -379,12 +379,14 @@ class _Core:
         return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult),
                      params={"end": "true" if end else "false"}, content=body, headers=headers)
 
-    def ingest_cli_stream(self, run_id: str, format: str, body: Any) -> _Call[IngestResult]:
-        """An agent CLI's standard output (SPEC §16); ``body`` is bytes or pieces. Its lines carry
-        the CLI's own ids, from which the service derives ``eventId``s: a body sent again from its
-        first line stores nothing twice, so no ``Idempotency-Key`` is needed."""
+    def ingest_cli_stream(self, run_id: str, format: str, body: Any, tool_use_id: str | None = None) -> _Call[IngestResult]:
+        """An agent CLI's standard output (SPEC §16), or a transcript (§19; ``tool_use_id``: the
+        call that ran the subagent whose transcript it is); ``body`` is bytes or pieces. Its lines
+        carry the CLI's own ids, from which the service derives ``eventId``s: a body sent again
+        from its first line stores nothing twice, so no ``Idempotency-Key`` is needed."""
+        params = {"toolUseId": tool_use_id} if tool_use_id else {}
         return _Call("POST", f"/v1/runs/{run_id}/ingest/{format}", _decoder(IngestResult), content=body,
-                     headers={"content-type": "application/x-ndjson"})
+                     headers={"content-type": "application/x-ndjson"}, params=params)
 
     def join(self, run_id: str, wait: float, any_child: bool, expect: int) -> _Call[ChildrenJoin]:
         params: dict[str, float | int | str] = {"wait": wait, "any": "true" if any_child else "false"}
@@ -761,9 +763,12 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
         return self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
                                                           idempotency_key))
 
-    def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines) -> IngestResult:
+    def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines, *,
+                          tool_use_id: str | None = None) -> IngestResult:
         """Store an agent CLI's standard output (``claude-code``, ``codex``, ``opencode``; SPEC §16)
-        as one NDJSON request; the service stores each line as it arrives.
+        as one NDJSON request; the service stores each line as it arrives. A Claude Code
+        transcript (``claude-code-transcript``, SPEC §19) goes the same way; a subagent's names
+        the call that ran it (``tool_use_id``).
 
         Each line is written the moment the iterable yields it, and kept: after a lost
         connection or a 502/503/504 (a replica restarting or draining) a new request sends every
@@ -776,7 +781,7 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
         while True:
             started = time.monotonic()
             try:
-                return self._send(self._core.ingest_cli_stream(run_id, format, replay.body()))
+                return self._send(self._core.ingest_cli_stream(run_id, format, replay.body(), tool_use_id))
             except (LastwordAPIError, httpx.TransportError) as error:
                 wait = window.failed(error, started)
                 if wait is None:
@@ -1002,14 +1007,15 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         return await self._send(self._core.push_provider_stream(run_id, format, content, content_type or kind, end,
                                                                 idempotency_key))
 
-    async def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines) -> IngestResult:
+    async def ingest_cli_stream(self, run_id: str, format: str, lines: CliLines, *,
+                                tool_use_id: str | None = None) -> IngestResult:
         """As :meth:`LastwordClient.ingest_cli_stream`; an async iterable is streamed as it yields."""
         source = _acli_lines(lines) if isinstance(lines, AsyncIterable) else _async_of(map(_cli_line, lines))
         replay, window = AsyncReplay(source), self._core.retry_window()
         while True:
             started = time.monotonic()
             try:
-                return await self._send(self._core.ingest_cli_stream(run_id, format, replay.body()))
+                return await self._send(self._core.ingest_cli_stream(run_id, format, replay.body(), tool_use_id))
             except (LastwordAPIError, httpx.TransportError) as error:
                 wait = window.failed(error, started)
                 if wait is None:

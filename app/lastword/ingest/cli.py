@@ -45,7 +45,7 @@ from typing import Any
 from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
 from lastword.adapters.framing import json_array, json_lines
-from lastword.errors import BadRequest, EmptyBatch, InvalidProviderEvent, LastwordError, RunEnded, RunExists, UnsupportedMedia
+from lastword.errors import BadRequest, EmptyBatch, EventIdConflict, InvalidProviderEvent, LastwordError, RunEnded, RunExists, UnsupportedMedia
 from lastword.ingest.body import Body, BodyCut, BodyDrained, body_pieces
 from lastword.ingest.checks import encode_made
 from lastword.ingest.outcome import Stored
@@ -165,23 +165,34 @@ class _Writer:
         target = self.run_id if child is None else f"{self.run_id}.{child}"
         if child is not None and child not in self.children:
             await self._create_child(child, agent, target, stretch[0][0])
-        known = await self._known(target)
-        fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+        for reread in (False, True):
+            known = await self._known(target)
+            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+            if not fresh:
+                self.answer.duplicates += len(stretch)
+                return
+            events = [item.event for _, item in fresh]
+            origins = [index for index, _ in fresh]
+            encoded = encode_made(events, origins, self.limit)
+            try:
+                outcome = await self.service.append(target, events, encoded)
+                break
+            except EventIdConflict:
+                # The same session sent the other way at the same time (lastword run's stdout
+                # and its transcript) stored some of these ids after ``known`` was read: read it
+                # again, once; a conflict with this body's own format stays the producer's bug.
+                if reread:
+                    raise
+                del self.known[target]
+            except RunEnded:
+                if child is None:
+                    raise
+                late = [{"type": f"x-{self.format}-late-subagent", "eventId": f"{child}:{event.get('eventId')}",
+                         "runId": target, "event": event} for event in events]
+                target = self.run_id
+                outcome = await self.service.append(target, late, encode_made(late, origins, self.limit))
+                break
         self.answer.duplicates += len(stretch) - len(fresh)
-        if not fresh:
-            return
-        events = [item.event for _, item in fresh]
-        origins = [index for index, _ in fresh]
-        encoded = encode_made(events, origins, self.limit)
-        try:
-            outcome = await self.service.append(target, events, encoded)
-        except RunEnded:
-            if child is None:
-                raise
-            late = [{"type": f"x-{self.format}-late-subagent", "eventId": f"{child}:{event.get('eventId')}",
-                     "runId": target, "event": event} for event in events]
-            target = self.run_id
-            outcome = await self.service.append(target, late, encode_made(late, origins, self.limit))
         for event in events:
             if isinstance(event.get("eventId"), str):
                 known.setdefault(event["eventId"], self.format)
