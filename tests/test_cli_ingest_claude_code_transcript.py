@@ -140,3 +140,17 @@ def test_nothing_is_stored_twice(shared_api: httpx.Client, order: str) -> None:
     # the stdout's tool-result output for a child its transcript ended is kept on the run
     assert [event["event"]["type"] for event in late] == ([] if order != "transcripts first"
                                                           else ["assistant/message", "turn/end"])
+
+
+def test_the_runs_usage_is_the_clis_total_when_the_transcripts_came_first(shared_api: httpx.Client) -> None:
+    """The stdout's replies carry their usage as they began, the transcript's their final usage;
+    whichever is stored, the run's usage is the CLI's total, as with the stdout alone (the
+    remainder the stdout's result adds was counted again when the transcript's replies were the
+    ones kept: seen after a ``lastword run`` whose stdout was sent again after a crash)."""
+    alone = create_run(shared_api)
+    stored(post(shared_api, alone, fixture("subagent_split", "stdout.ndjson"), format="claude-code"))
+    run_id = create_run(shared_api)
+    stored(post(shared_api, run_id, fixture("subagent_split", "subagent"), toolUseId=meta("subagent_split")["toolUseId"]))
+    stored(post(shared_api, run_id, fixture("subagent_split", "session.jsonl")))
+    stored(post(shared_api, run_id, fixture("subagent_split", "stdout.ndjson"), format="claude-code"))
+    assert result(shared_api, run_id)["usage"] == result(shared_api, alone)["usage"]

@@ -84,6 +84,9 @@ def sse_error(text_before: str, repeat: bool = True, kind: str = "error") -> dic
 
 
 SHELL_CMD = "echo hi"
+#: A command that says it started (the file ``waiting`` in the CLI's working directory) and then
+#: waits for the test to create ``go`` there: a child that is busy for as long as a test needs.
+WAIT_CMD = "touch waiting; while [ ! -e go ]; do sleep 0.05; done; echo hi"
 
 SCENARIOS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "completion": {"main": [text("Hello from the fake model. The answer is 42.")]},
@@ -126,6 +129,11 @@ SCENARIOS: dict[str, dict[str, list[dict[str, Any]]]] = {
             text("The subagent replied: hello from the subagent."),
         ],
         "sub": [text("Hello from the subagent.")],
+    },
+    # not recorded: tests/test_cli_run_restart.py restarts lastword while the command waits
+    "waits_for_the_test": {
+        "main": [tool("shell", text_before="Running the long command.", command=WAIT_CMD),
+                 text("The command printed hi.")]
     },
     "codex_shell_then_final": {
         "main": [tool("shell", command=SHELL_CMD), text("The command printed hi.")]

@@ -31,6 +31,13 @@ not stored: what was stored first stays, nothing is stored twice. (Within one fo
 repeat stays the producer bug it is.) This reads the eventIds of each run a body writes to once,
 when the body first writes to it.
 
+**The usage of a message kept from the other format.** A CLI's turn end brings its total usage,
+and the adapter adds what the messages it made did not carry as a usage-only message, so §4's sum
+is the CLI's total. When a message it made was not stored because the other format's was (the
+transcript came first: it carries each reply's final usage, the stdout its usage as it began),
+the stored one's usage is what the sum holds; the usage-only remainder is lowered by the
+difference (and left out when nothing remains), or the turn counts those tokens twice.
+
 An event for a child whose turn has ended (a subagent's transcript ended the child with its own
 last reply before the stdout's tool result for its call arrived) is kept on the run as
 ``x-<format>-late-subagent`` (``{runId, event}``): accepted, logged, never the child's output.
@@ -143,6 +150,11 @@ class _Writer:
         self.children: set[str] = set()
         #: By run written to: the eventIds it holds and the format that made each.
         self.known: dict[str, dict[str, str | None]] = {}
+        #: By run written to: the usage of each assistant message it holds, by eventId.
+        self.stored_usage: dict[str, dict[str, dict[str, int]]] = {}
+        #: By run written to: what the messages kept from the other format carried beyond the
+        #: adapter's own versions of them (see the module's docstring).
+        self.usage_gap: dict[str, dict[str, int]] = {}
 
     def add(self, index: int, made: list[Made]) -> None:
         for item in made:
@@ -168,6 +180,8 @@ class _Writer:
         for reread in (False, True):
             known = await self._known(target)
             fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+            if len(fresh) < len(stretch) or self.usage_gap.get(target):
+                fresh = self._kept_elsewhere(target, stretch, fresh)
             if not fresh:
                 self.answer.duplicates += len(stretch)
                 return
@@ -201,10 +215,26 @@ class _Writer:
         if target == self.run_id:
             self.answer.last_seq = outcome.last_seq
 
+    def _kept_elsewhere(self, target: str, stretch: list[tuple[int, Made]],
+                        fresh: list[tuple[int, Made]]) -> list[tuple[int, Made]]:
+        """``fresh`` with a usage-only remainder lowered by what the messages of ``stretch`` left
+        out for the other format's carried beyond this body's versions of them."""
+        stored = self.stored_usage.get(target, {})
+        gap = self.usage_gap.setdefault(target, {})
+        taken = {id(item) for _, item in fresh}
+        for _, item in stretch:
+            if id(item) not in taken and item.event.get("eventId") in stored:
+                mine = _usage(item.event)
+                for name, value in stored[item.event["eventId"]].items():
+                    gap[name] = gap.get(name, 0) + value - mine.get(name, 0)
+        lowered = [(index, _lowered(item, gap)) for index, item in fresh]
+        return [(index, item) for index, item in lowered if item is not None]
+
     async def _known(self, run_id: str) -> dict[str, str | None]:
         known = self.known.get(run_id)
         if known is None:
             known = self.known[run_id] = {}
+            usages = self.stored_usage[run_id] = {}
             after, full = 0, True
             while full:
                 page = await self.service.events_after(run_id, after, 1000)
@@ -212,6 +242,8 @@ class _Writer:
                     if stored.event_id is not None:
                         source = stored.body.get("source")
                         known[stored.event_id] = source.get("format") if isinstance(source, dict) else None
+                        if stored.type == "assistant/message":
+                            usages[stored.event_id] = _usage(stored.body)
                 full = len(page) == 1000
                 after = page[-1].seq if page else after
         return known
@@ -228,6 +260,31 @@ class _Writer:
         except RunExists:
             pass  # made by the same session seen another way (its stdout, its transcript)
         self.children.add(child)
+
+
+def _usage(event: dict[str, Any]) -> dict[str, int]:
+    """An assistant message's usage (empty for any other event)."""
+    message = event.get("message")
+    usage = message.get("usage") if isinstance(message, dict) else None
+    return {name: value for name, value in usage.items() if type(value) is int} if isinstance(usage, dict) else {}
+
+
+def _is_usage_remainder(event: dict[str, Any]) -> bool:
+    """The usage-only message an adapter adds at a turn's end (eventId ``<end>:usage``)."""
+    message = event.get("message")
+    return (event.get("type") == "assistant/message" and str(event.get("eventId", "")).endswith(":usage")
+            and isinstance(message, dict) and message.get("content") == [])
+
+
+def _lowered(item: Made, gap: dict[str, int]) -> Made | None:
+    """``item``, a usage-only remainder lowered by ``gap`` (None when nothing remains); any other
+    event as it is."""
+    if not any(gap.values()) or not _is_usage_remainder(item.event):
+        return item
+    usage = {name: max(0, value - gap.get(name, 0)) for name, value in _usage(item.event).items()}
+    if not any(usage.values()):
+        return None
+    return item._replace(event={**item.event, "message": {**item.event["message"], "usage": usage}})
 
 
 def _seen_elsewhere(event: dict[str, Any], known: dict[str, str | None], format: str) -> bool:
