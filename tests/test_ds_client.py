@@ -73,7 +73,7 @@ def test_a_durable_streams_client_tails_a_childs_run_live(patient_url: str, live
     assert not reader.is_alive()
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "DURABLE_STREAMS.md"
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 

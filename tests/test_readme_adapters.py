@@ -1,4 +1,4 @@
-"""The README's curl examples for the providers' own streams (SPEC §13) run as written."""
+"""docs/WALKTHROUGH.md's curl examples for the providers' own streams (SPEC §13) run as written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.api_helpers import shared_base_url  # noqa: F401  (the module's server fixture)
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "WALKTHROUGH.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 
 

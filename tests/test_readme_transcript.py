@@ -1,4 +1,4 @@
-"""The README's "Replaying a child" blocks run as written, and answer what the README shows."""
+"""docs/WALKTHROUGH.md's "Replaying a child" blocks run as written, and answer what the README shows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "WALKTHROUGH.md"
 SH = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 JSON = re.compile(r"```json\n(.*?)```", re.DOTALL)
 

@@ -1,4 +1,5 @@
-"""The README's walkthrough ("The whole loop, by hand") runs as written, and runs twice."""
+"""docs/WALKTHROUGH.md's walkthrough ("The whole loop, by hand") runs as written, and runs twice; so does
+docs/RUNNING.md's two-replica block."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ from psycopg import sql
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.servers import free_port
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+WALKTHROUGH = ROOT / "docs" / "WALKTHROUGH.md"
+RUNNING = ROOT / "docs" / "RUNNING.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 
 pytestmark = pytest.mark.slow
 
 
 def walkthrough() -> str:
-    section = README.read_text().split("## The whole loop, by hand", 1)[1].split("\n## ", 1)[0]
+    section = WALKTHROUGH.read_text().split("## The whole loop, by hand", 1)[1].split("\n## ", 1)[0]
     return "\n".join(BLOCK.findall(section))
 
 
@@ -35,8 +38,9 @@ def test_the_walkthrough_uses_one_way_of_calling_the_command() -> None:
     """The walkthrough calls the command as `lastword`, never by a path."""
     script = walkthrough()
     assert re.search(r"^(\w+=\$\()?lastword ", script, re.MULTILINE)
-    assert ".venv/bin/lastword" not in README.read_text()
-    assert "python -m lastword.cli" not in README.read_text()
+    for page in (ROOT / "README.md", WALKTHROUGH, RUNNING):
+        assert ".venv/bin/lastword" not in page.read_text(), page
+        assert "python -m lastword.cli" not in page.read_text(), page
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the walkthrough uses curl")
@@ -74,7 +78,7 @@ def test_the_two_replica_block_runs_on_postgres() -> None:
     where = urlsplit(POSTGRES_URL)
     if (where.hostname, where.port or 5432, where.username) != ("127.0.0.1", 5432, "postgres"):
         pytest.skip("the block names the PostgreSQL at 127.0.0.1:5432 as user postgres")
-    section = README.read_text().split("## Two replicas on PostgreSQL, without Docker", 1)[1].split("\n## ", 1)[0]
+    section = RUNNING.read_text().split("## Two replicas on PostgreSQL, without Docker", 1)[1].split("\n## ", 1)[0]
     [block] = BLOCK.findall(section)
     database = f"lw_readme_{uuid.uuid4().hex[:12]}"
     first, second = str(free_port()), str(free_port())

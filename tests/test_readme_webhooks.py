@@ -1,4 +1,4 @@
-"""The README's webhook block ("Webhooks and join") runs as written and lists a delivery."""
+"""docs/WALKTHROUGH.md's webhook block ("Webhooks and join") runs as written and lists a delivery."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.servers import threaded_server
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "WALKTHROUGH.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 
 

@@ -220,7 +220,7 @@ def _from_turn(messages: Iterator[StreamMessage], turn: int) -> Iterator[StreamM
 
 def _wait_for_run(client: LastwordClient, run_id: str) -> Run | None:
     """Return once the run exists: the run if it did at the first look, None if it had to be
-    waited for (a tail may start before the run is created, as in the README's two-replica block)."""
+    waited for (a tail may start before the run is created, as in docs/RUNNING.md's two-replica block)."""
     waited = False
     while True:
         try:
