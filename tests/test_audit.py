@@ -85,9 +85,9 @@ def test_audit_pages_through_many_runs(api: httpx.Client, base_url: str) -> None
 
 
 def test_unreachable_service_is_one_line_and_its_exit_status() -> None:
-    """A service that is not there gives one clear line, not a traceback, and exit status 4."""
+    """A service that is not there gives one clear line, not a traceback, and exit status 8."""
     shown = lastword("audit", "--url", f"http://127.0.0.1:{free_port()}")
-    assert shown.returncode == 4
+    assert shown.returncode == 8
     assert shown.stderr.startswith("lastword audit: cannot reach") and len(shown.stderr.splitlines()) == 1
 
 

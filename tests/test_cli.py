@@ -28,9 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["serve", "demo", "tail", "result", "push", "audit", "run"]
 
 
-def lastword(*args: str, stdin: bytes = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
+def lastword(*args: str, stdin: bytes = b"", timeout: float = 30,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``lastword ARGS`` in a process of its own; ``env``: variables added to this one's."""
     return subprocess.run([sys.executable, "-m", "lastword.cli", *args], input=stdin, capture_output=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -221,29 +223,29 @@ def one_line_error(process: subprocess.CompletedProcess[bytes]) -> str:
     return err.strip()
 
 
-def test_refusals_are_one_line_and_exit_1(api: httpx.Client, base_url: str) -> None:
+def test_refusals_are_one_line_and_exit_7(api: httpx.Client, base_url: str) -> None:
     """A 404 (result of an unknown run) or a 409 (push into an ended turn) is one line on
-    stderr naming the status and code, and exit status 1."""
+    stderr naming the status and code, and exit status 7 (the table of lastword.cli.exits)."""
     for command in (["result", "no-such-run"], ["result", "no-such-run", "--tool"], ["push", "no-such-run", "--text"]):
         refused = lastword(*command, "--url", base_url, stdin=b"x")
-        assert refused.returncode == 1, command
+        assert refused.returncode == 7, command
         assert one_line_error(refused).startswith(f"lastword {command[0]}: 404 run_not_found"), command
     run = api.post("/v1/runs", json={}).json()["runId"]
     api.post(f"/v1/runs/{run}/end", json={"stopReason": "cancelled"}).raise_for_status()
     event = json.dumps({"type": "assistant/chunk", "delta": {"type": "text", "text": "late"}}).encode()
     for command, stdin in ((["push", run], event), (["push", run, "--text"], b"late")):
         refused = lastword(*command, "--url", base_url, stdin=stdin)
-        assert refused.returncode == 1, command
+        assert refused.returncode == 7, command
         assert one_line_error(refused).startswith(f"lastword push: 409 run_ended"), command
 
 
 @pytest.mark.parametrize("command", [["result", "r1"], ["result", "r1", "--wait", "5"], ["tail"], ["tail", "r1"],
                                      ["push", "r1"], ["push", "r1", "--text"]])
-def test_a_service_that_is_not_there_is_one_line_and_exit_4(command: list[str]) -> None:
-    """Connection refused: one line saying the service cannot be reached, exit status 4."""
+def test_a_service_that_is_not_there_is_one_line_and_exit_8(command: list[str]) -> None:
+    """Connection refused: one line saying the service cannot be reached, exit status 8."""
     url = f"http://127.0.0.1:{free_port()}"
     refused = lastword(*command, "--url", url, stdin=b"{}")
-    assert refused.returncode == 4
+    assert refused.returncode == 8
     assert one_line_error(refused).startswith(f"lastword {command[0]}: cannot reach the service at {url}")
 
 
@@ -267,9 +269,9 @@ def remote(command: list[str], *options: str) -> list[str]:
 @pytest.mark.parametrize("command", REMOTE, ids=lambda command: command[0])
 def test_every_command_says_a_refusal_in_one_style(guarded_url: str, command: list[str]) -> None:
     """A refusal is `lastword <cmd>: <status> <code>: <detail>` on one line, whichever command met
-    it (demo and audit too), and exit status 1 (lastword run: its own 7)."""
+    it (demo and audit too), and exit status 7, lastword run's as every other command's."""
     refused = lastword(*remote(command, "--url", guarded_url, "--token", "wrong"), stdin=b"x")
-    assert refused.returncode == (7 if command[0] == "run" else 1), refused.stderr
+    assert refused.returncode == 7, refused.stderr
     line = one_line_error(refused)
     assert re.fullmatch(rf"lastword {command[0]}: 401 invalid_token: \S.*", line), line
     assert "--token" in line, line  # the one thing the user can do about it
@@ -287,14 +289,14 @@ def test_a_url_without_scheme_is_a_usage_error(command: list[str]) -> None:
 
 
 def test_the_other_failures_name_their_command(api: httpx.Client, base_url: str) -> None:
-    """A line of push's input that is not JSON (exit 2) and a tool result still running (exit 3)
+    """A line of push's input that is not JSON (exit 2) and a tool result still running (exit 9)
     are one line that starts `lastword <cmd>:` too."""
     run = api.post("/v1/runs", json={}).json()["runId"]
     bad = lastword("push", run, "--url", base_url, stdin=b"{}\nnot json\n")
     assert bad.returncode == 2
     assert one_line_error(bad).startswith("lastword push: line 2: not JSON"), bad.stderr
     running = lastword("result", run, "--tool", "--url", base_url)
-    assert running.returncode == 3
+    assert running.returncode == 9
     assert one_line_error(running) == "lastword result: the turn is still running"
 
 

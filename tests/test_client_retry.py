@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 from lastword.client import retry
-from lastword.client.core import LastwordClient
+from lastword.client.core import LastwordClient, LastwordConnectionError
 from lastword.client.replay import AsyncReplay, Replay
 from lastword.client.stream_pusher import StreamPusher
 
@@ -109,8 +109,9 @@ def test_next_turn_is_sent_again_only_when_it_surely_was_not_carried_out(pauses:
         raise httpx.ReadError("answer lost", request=request)
 
     with LastwordClient("http://lastword.test", transport=httpx.MockTransport(lost)) as client:
-        with pytest.raises(httpx.ReadError):
+        with pytest.raises(LastwordConnectionError) as raised:
             client.next_turn("r1")
+    assert isinstance(raised.value.__cause__, httpx.ReadError)
     assert sent == ["/v1/runs/r1/turns"]
 
     def refused_then_run(request: httpx.Request) -> httpx.Response:

@@ -146,15 +146,15 @@ def test_demo_creates_a_run_id_it_is_given(api: httpx.Client, base_url: str) -> 
 
 
 def test_demo_failures_are_reported_without_a_traceback(api: httpx.Client, base_url: str) -> None:
-    """An unreachable service (exit 4) or a refused request (exit 1) ends the command with a
+    """An unreachable service (exit 8) or a refused request (exit 7) ends the command with a
     one-line message."""
     unreachable = lastword("demo", "completed", "--url", f"http://127.0.0.1:{free_port()}")
-    assert unreachable.returncode == 4
+    assert unreachable.returncode == 8
     assert "cannot reach" in unreachable.stderr and "Traceback" not in unreachable.stderr
 
     demo("completed", base_url, "--run-id", "over-1")
     refused = lastword("demo", "completed", "--url", base_url, "--run-id", "over-1")
-    assert refused.returncode == 1
+    assert refused.returncode == 7
     assert "409" in refused.stderr and "run_ended" in refused.stderr
     assert "Traceback" not in refused.stderr
 

@@ -9,6 +9,8 @@ signal (the parent has read what came before), so what the parent sees after it 
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import re
 import subprocess
@@ -73,15 +75,32 @@ def test_a_durable_streams_client_tails_a_childs_run_live(patient_url: str, live
     assert not reader.is_alive()
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "DURABLE_STREAMS.md"
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def test_the_readmes_client_block_prints_the_childs_events_as_they_come(base_url: str) -> None:
-    """The README's Durable Streams block (the Python client) runs as written and prints the
-    child's events in order, ending with its ``subagent/end``."""
+    """docs/DURABLE_STREAMS.md's Python client block runs as written, twice in a row, and prints
+    the child's events in order, ending with its ``subagent/end``."""
     section = README.read_text().split("## Durable Streams: any client can tail a run", 1)[1].split("\n## ", 1)[0]
     block = PYTHON_BLOCK.findall(section)[0].replace("http://127.0.0.1:8000", base_url)
-    done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["subagent/start", "assistant/message", "turn/end", "subagent/end"]
+    for _ in (1, 2):  # twice in a row: the block makes its own run id
+        done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["subagent/start", "assistant/message", "turn/end", "subagent/end"]
+
+
+def test_the_curl_block_reads_a_run_it_makes_twice_in_a_row(base_url: str) -> None:
+    """docs/DURABLE_STREAMS.md's curl block (its own demo run, then the log and the live read,
+    which ends with the run) runs as written twice in a row."""
+    section = README.read_text().split("## Durable Streams: any client can tail a run", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    script = "set -euo pipefail\n" + block.replace("http://127.0.0.1:8000", base_url)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "LASTWORD_URL": base_url}
+    for _ in (1, 2):
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        log = json.loads(done.stdout.splitlines()[0])
+        assert log[0]["type"] == "subagent/start" and log[-1]["type"] == "subagent/end", log
+        assert "event: data" in done.stdout or "data:" in done.stdout, done.stdout

@@ -1,4 +1,4 @@
-"""The README's "Put lastword between your orchestrator and its CLI children" runs as written.
+"""The README's "Put lastword between your orchestrator and its children" runs as written, twice.
 
 Both blocks run with the real, pinned Claude Code (tests/cli_children) on the PATH as
 ``claude``, against the scripted model's max-tokens scenario: the CLI's own answer is an API
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def blocks() -> list[str]:
-    section = README.read_text().split("## Put lastword between your orchestrator and its CLI children", 1)[1]
+    section = README.read_text().split("## Put lastword between your orchestrator and its children", 1)[1]
     return BLOCK.findall(section.split("\n## ", 1)[0])
 
 
@@ -56,20 +56,18 @@ def test_the_pipe_form_keeps_the_partial_reply(base_url: str) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             script = "set -eu\n" + blocks()[0].replace("localhost:8000", base_url.removeprefix("http://"))
-            done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp,
-                                  env=claude_env(model.url, Path(tmp)), timeout=180, check=False)
+            runs = [subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp,
+                                   env=claude_env(model.url, Path(tmp)), timeout=180, check=False) for _ in (1, 2)]
     finally:
         model.close()
-    assert done.returncode == 0, done.stderr[-2000:]
-    # curl prints the three answers one after another, without newlines: the last is the result.
-    decoder, rest, answers = json.JSONDecoder(), done.stdout.strip(), []
-    while rest:
-        answer, end = decoder.raw_decode(rest)
-        answers.append(answer)
-        rest = rest[end:].lstrip()
-    result = answers[-1]
-    assert result["stopReason"] == "max_tokens", result
-    assert result["output"] == [{"type": "text", "text": PARTIAL}]
+    for done in runs:  # run twice in a row: the block makes its own run id each time
+        assert done.returncode == 0, done.stderr[-2000:]
+        # one answer a line (the block ends each curl with echo): the last is the result
+        answers = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        assert len(answers) == 3, done.stdout
+        result = answers[-1]
+        assert result["stopReason"] == "max_tokens", result
+        assert result["output"] == [{"type": "text", "text": PARTIAL}]
 
 
 def test_the_run_form_prints_the_partial_reply_and_exits_3(base_url: str) -> None:
@@ -77,9 +75,10 @@ def test_the_run_form_prints_the_partial_reply_and_exits_3(base_url: str) -> Non
     try:
         with tempfile.TemporaryDirectory() as tmp:
             script = blocks()[1].replace("http://127.0.0.1:8000", base_url)
-            done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp,
-                                  env=claude_env(model.url, Path(tmp)), timeout=180, check=False)
+            runs = [subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp,
+                                   env=claude_env(model.url, Path(tmp)), timeout=180, check=False) for _ in (1, 2)]
     finally:
         model.close()
-    assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
-    assert done.stdout.strip() == PARTIAL
+    for done in runs:  # run twice in a row
+        assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
+        assert done.stdout.strip() == PARTIAL

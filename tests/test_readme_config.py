@@ -1,11 +1,11 @@
-"""The README's configuration table and the settings class list the same variables and defaults."""
+"""docs/RUNNING.md's configuration table and the settings class list the same variables and defaults."""
 
 import re
 from pathlib import Path
 
 from lastword.settings import Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "RUNNING.md"
 ROW = re.compile(r"^\| `(LASTWORD_[A-Z_]+)` \| (.*?) \|", re.MULTILINE)
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def section() -> str:
-    return (ROOT / "README.md").read_text().split("## Run it as a sidecar", 1)[1].split("\n## ", 1)[0]
+    return (ROOT / "docs" / "RUNNING.md").read_text().split("## Run it as a sidecar", 1)[1].split("\n## ", 1)[0]
 
 
 def shell_lines() -> list[str]:

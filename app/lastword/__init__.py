@@ -1,6 +1,8 @@
 """lastword: keeps a subagent's last word.
 
-The package's public face is the client: ``from lastword import LastwordClient``. It is loaded on
+The package's public face is the client: ``from lastword import LastwordClient`` (and
+``AsyncLastwordClient``, ``StreamMessage``, and the errors ``LastwordError``,
+``LastwordAPIError``, ``LastwordConnectionError``). It is loaded on
 first use, so importing ``lastword`` (or ``lastword.client``) pulls in neither the server's
 framework nor a database driver — a parent agent's own project pays only for httpx and pydantic.
 """
@@ -12,9 +14,17 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from lastword.client.core import AsyncLastwordClient, LastwordAPIError, LastwordClient, StreamMessage
+    from lastword.client.core import (
+        AsyncLastwordClient,
+        LastwordAPIError,
+        LastwordClient,
+        LastwordConnectionError,
+        LastwordError,
+        StreamMessage,
+    )
 
-__all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "StreamMessage", "__version__"]
+__all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "LastwordConnectionError", "LastwordError",
+           "StreamMessage", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,3 +33,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(client, name)
     raise AttributeError(f"module 'lastword' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazily loaded names are not in the module's namespace until first used: without this,
+    # dir(lastword) (and a REPL's completion) would not show the client at all.
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

@@ -1,6 +1,6 @@
 """Configuration: environment variables prefixed ``LASTWORD_`` (a ``.env`` file is read too).
 
-Every field here is listed with its default in the README's configuration table.
+Every field here is listed with its default in docs/RUNNING.md's configuration table.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:2] == ["hook", "claude-code"]:
+    if args == ["hook", "claude-code"]:
         # Run by an agent CLI at each of its hooks, under a deadline: it loads only what it
         # needs (the full command line's imports alone can take seconds on a busy machine).
+        # Anything more on its command line is said by the parser (and still exits 0).
         from lastword.cli.hook import main as hook
 
         return hook()

@@ -5,9 +5,10 @@ client library (``--url``, or ``LASTWORD_URL``; ``--token``, or ``LASTWORD_TOKEN
 reports what its runs' transcripts had to repair; ``demo`` plays a scripted child; ``run``
 runs an agent CLI as a child and keeps its output (:mod:`lastword.cli.run`).
 
-A refusal by the service or a service that cannot be reached is one line on stderr and an
-exit status (see ``EXIT_STATUSES``; ``run`` has its own, ``lastword.cli.run.EXIT_STATUSES``),
-never a traceback: the command is used from scripts. Every command says a refusal the same way,
+A refusal by the service, a service that cannot be reached, a bad command line or bad input is
+one line on stderr that says what to do, and an exit status from the one table every command
+shares (:mod:`lastword.cli.exits`, shown at the end of each ``--help``), never a traceback: the
+command is used from scripts. Every command says a refusal the same way,
 ``lastword <cmd>: <status> <code>: <detail>``, whether it met it through the client or, as
 ``demo`` and ``audit`` do, through plain httpx. A ``--url`` without its scheme, or one that ends
 in the API's ``/v1``, is a bad command line (2), said before anything is sent.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import codecs
 import errno
-import functools
 import gc
 import io
 import json
@@ -30,27 +30,19 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from lastword import __version__
+from lastword.cli import exits
 from lastword.client.core import LastwordAPIError, LastwordClient, StreamMessage
 from lastword.client.retry import RETRY_SECONDS
 from lastword.schemas import Run
 from lastword.settings import Settings
 
-#: What the exit status of ``tail``, ``result``, ``push`` and ``demo`` means (``run``: its stop reason).
-EXIT_STATUSES = {
-    0: "done",
-    1: "the service refused the request (the line says its status and problem code)",
-    2: "bad command line or input (serve: the address cannot be listened on)",
-    3: "result --tool: the turn is still running",
-    4: "the service cannot be reached",
-    130: "interrupted",
-}
-REFUSED, USAGE, UNREACHABLE, INTERRUPTED = 1, 2, 4, 130
+REFUSED, USAGE, UNREACHABLE, INTERRUPTED = exits.REFUSED, exits.USAGE, exits.UNREACHABLE, exits.INTERRUPTED
 #: Requests are retried a few times only: a command says soon that the service is not there.
 CLI_RETRIES = 2
 #: A ``tail`` that was following a stream waits out a server restart of any length.
@@ -148,7 +140,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.scenario not in SCENARIOS:
         print(f"lastword demo: unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}", file=sys.stderr)
-        return 2
+        return USAGE
     run_id = run_scenario(args.scenario, args.url, run_id=args.run_id, token=args.token)
     print(run_id)
     return 0
@@ -228,7 +220,7 @@ def _from_turn(messages: Iterator[StreamMessage], turn: int) -> Iterator[StreamM
 
 def _wait_for_run(client: LastwordClient, run_id: str) -> Run | None:
     """Return once the run exists: the run if it did at the first look, None if it had to be
-    waited for (a tail may start before the run is created, as in the README's two-replica block)."""
+    waited for (a tail may start before the run is created, as in docs/RUNNING.md's two-replica block)."""
     waited = False
     while True:
         try:
@@ -249,7 +241,7 @@ def _result(args: argparse.Namespace) -> int:
             tool = client.tool_result(args.run, wait=args.wait or 0.0)
             if tool is None:
                 print("lastword result: the turn is still running", file=sys.stderr)
-                return 3
+                return exits.STILL_RUNNING
             print(tool.model_dump_json(indent=2))
             return 0
         if args.wait is not None:
@@ -350,16 +342,10 @@ def _run(args: argparse.Namespace) -> int:
                                     kill_after=args.kill_after)
     except run.UsageError as error:
         print(f"lastword run: {error}", file=sys.stderr)
-        return run.USAGE
+        return USAGE
     except run.CommandNotRun as error:
         print(f"lastword run: {error}", file=sys.stderr)
         return error.status
-    except LastwordAPIError as error:
-        print(f"lastword run: {_problem_line(error)}", file=sys.stderr)
-        return run.REFUSED
-    except httpx.TransportError as error:
-        print(f"lastword run: {_unreachable_line(args.url, error)}", file=sys.stderr)
-        return run.UNREACHABLE
     run.print_outcome(outcome, args.json)
     return outcome.status
 
@@ -415,20 +401,33 @@ class _Help(argparse.HelpFormatter):
         return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, saying a bad command line in one line that points at the command's
+    ``--help`` (argparse prints its whole usage block first). ``hook`` exits 0 even then: an agent
+    CLI reads a hook's status 2 as "block", and a hook must never stop the session."""
+
+    def error(self, message: str) -> NoReturn:
+        status = exits.OK if self.prog == "lastword hook" else USAGE
+        self.exit(status, f"{self.prog}: {message}; see {self.prog} --help\n")
+
+
 def _examples(*commands: str) -> str:
     return ("example:" if len(commands) == 1 else "examples:") + "".join(f"\n  {command}" for command in commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lastword",
         formatter_class=_Help,
         description="Keeps a subagent's last word.",
-        epilog="exit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_STATUSES.items()),
+        epilog=exits.epilog(),
     )
     parser.add_argument("--version", action="version", version=f"lastword {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    add_command = functools.partial(subparsers.add_parser, formatter_class=_Help)
+
+    def add_command(name: str, *, epilog: str, **options: Any) -> argparse.ArgumentParser:
+        """A subcommand, its help ending with its examples and the exit statuses it can end with."""
+        return subparsers.add_parser(name, formatter_class=_Help, epilog=f"{epilog}\n{exits.epilog(name)}", **options)
 
     serve = add_command(
         "serve",
@@ -523,7 +522,6 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("cli", choices=["claude-code"], help="the agent CLI whose hook this is")
     hook.set_defaults(handler=_hook)
 
-    from lastword.cli.run import EXIT_STATUSES as RUN_EXIT_STATUSES
     from lastword.adapters import FORMATS_BY_COMMAND
     from lastword.cli.run import KILL_AFTER as RUN_KILL_AFTER
     from lastword.cli.run import RETRY_SECONDS as RUN_RETRY_SECONDS
@@ -540,8 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(claude -p: --output-format stream-json --verbose; codex exec: --json; opencode run: --format json), "
         "said on stderr. Claude Code's own transcripts (session and subagents) are sent too, so its "
         "subagents' child runs hold their own messages with no hook.",
-        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests'")
-        + "\nexit statuses: " + "; ".join(f"{code} {meaning}" for code, meaning in sorted(RUN_EXIT_STATUSES.items())),
+        epilog=_examples("lastword run --url http://127.0.0.1:8000 -- claude -p 'fix the tests'"),
     )
     run.add_argument("--run-id", help="the run's id (default: a new one)")
     run.add_argument("--parent", metavar="ID", help="the parent run's id")
@@ -585,12 +582,24 @@ def _problem_line(error: LastwordAPIError) -> str:
 
 
 def _unreachable_line(url: str, error: httpx.TransportError) -> str:
-    reason = str(error) or type(error).__name__
-    return f"cannot reach the service at {url}: {reason}"
+    reason = str(error.__cause__ or error) or type(error).__name__
+    return (f"cannot reach the service at {url}: {reason} "
+            f"(start it with `lastword serve`, or give its address with --url or LASTWORD_URL)")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, or exit 2 with one line; arguments the command does not take are said
+    by that command (argparse would say them as the top level's, ``lastword: ...``)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return int(args.handler(args))
     except LastwordAPIError as error:

@@ -56,6 +56,10 @@ class _OutOfTime(Exception):
     pass
 
 
+class _Unreachable(Exception):
+    """The service did not answer at ``$LASTWORD_URL``."""
+
+
 def _out_of_time(signum: int, frame: object) -> None:
     raise _OutOfTime(f"gave up after {DEADLINE_SECONDS:g} s")
 
@@ -65,8 +69,15 @@ def main(stdin: Any = None) -> int:
     previous = signal.signal(signal.SIGALRM, _out_of_time)
     signal.setitimer(signal.ITIMER_REAL, DEADLINE_SECONDS)
     try:
-        for line in _hook(json.load(stdin or sys.stdin)):
+        try:
+            hook = json.load(stdin or sys.stdin)
+        except ValueError as error:
+            raise ValueError(f"standard input is not the hook's JSON object ({error}): "
+                             f"run this as the command of a Claude Code hook") from None
+        for line in _hook(hook):
             print(f"lastword hook: {line}", file=sys.stderr)
+    except _Unreachable as error:
+        print(f"lastword hook: nothing sent: {error}", file=sys.stderr)
     except (_OutOfTime, Exception) as error:  # noqa: BLE001 -- never fail the CLI
         print(f"lastword hook: nothing more sent: {type(error).__name__}: {error}", file=sys.stderr)
     finally:
@@ -103,11 +114,16 @@ class _Service:
                 return int(answer.status), bytes(answer.read())
         except urllib.error.HTTPError as refused:
             return int(refused.code), bytes(refused.read())
+        except urllib.error.URLError as error:
+            if isinstance(error.reason, TimeoutError):
+                raise  # it was reached and did not answer: said as any other failure
+            raise _Unreachable(f"cannot reach the service at {self.url}: {error.reason} (start it with "
+                               f"`lastword serve`, or set LASTWORD_URL in the hook's environment)") from None
 
 
 def _hook(hook: Any) -> list[str]:
     if not isinstance(hook, dict):
-        raise ValueError("the hook's input is not a JSON object")
+        raise ValueError("standard input is not the hook's JSON object: run this as the command of a Claude Code hook")
     run_id = run_id_of(hook)
     service = _Service()
     said: list[str] = []

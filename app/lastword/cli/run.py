@@ -44,12 +44,11 @@ dropped, so a child that ignores the signal and finishes cannot end the turn ``c
 a child still running ``--kill-after`` seconds later is sent SIGKILL. Then the turn's result is printed: the selected output's text blocks, joined by
 a blank line, or with ``--json`` the whole ``SubagentResult``.
 
-**Exit statuses** (``EXIT_STATUSES``): the turn's stop reason, as SPEC §16 maps it, once the turn
-ended; 2 for a bad command line; and, when there is no turn to report, statuses that no stop
-reason uses: 7 when the service refused a request, 8 when it cannot be reached, 126 and 127
-(as shells and ``timeout(1)`` use them) when COMMAND cannot be run or is not found. The other
-``lastword`` commands use 1 and 4 for "refused" and "unreachable"; here those say ``error`` and
-``max_turns``, so a parent reading the status can never take lastword's trouble for the child's.
+**Exit statuses** (the one table of every ``lastword`` command, :mod:`lastword.cli.exits`): the
+turn's stop reason, as SPEC §16 maps it, once the turn ended; 2 for a bad command line; and, when
+there is no turn to report, statuses that no stop reason uses: 7 when the service refused a
+request, 8 when it cannot be reached, 126 and 127 (as shells and ``timeout(1)`` use them) when
+COMMAND cannot be run or is not found.
 """
 
 from __future__ import annotations
@@ -67,25 +66,12 @@ from types import FrameType
 from typing import IO, Any
 
 from lastword.adapters import CLI_FORMATS, FORMATS_BY_COMMAND
+from lastword.cli.exits import EXIT_BY_STOP_REASON, NOT_EXECUTABLE, NOT_FOUND, REFUSED  # every command's table
 from lastword.cli.reconcile import reconciler_for
 from lastword.client import retry
 from lastword.client.core import LastwordAPIError, LastwordClient
 from lastword.schemas import IngestResult, SubagentResult
 
-
-#: The exit status for each stop reason (SPEC §16).
-EXIT_BY_STOP_REASON = {
-    "completed": 0, "error": 1, "max_tokens": 3, "max_turns": 4, "refusal": 5, "timeout": 6, "cancelled": 130,
-}
-USAGE, REFUSED, UNREACHABLE, NOT_EXECUTABLE, NOT_FOUND = 2, 7, 8, 126, 127
-EXIT_STATUSES = {
-    **{code: f"the turn ended {reason}" for reason, code in EXIT_BY_STOP_REASON.items()},
-    USAGE: "bad command line",
-    REFUSED: "the service refused a request (the line says its status and problem code)",
-    UNREACHABLE: "the service cannot be reached",
-    NOT_EXECUTABLE: "COMMAND cannot be run",
-    NOT_FOUND: "COMMAND is not found",
-}
 
 #: Seconds of silence after which a blank line is written (the service's body time-out is 30 s);
 #: shorter for a run whose lease is shorter than three times this.

@@ -1,9 +1,17 @@
 """The clients a parent agent or a child uses (httpx and pydantic only; no server module).
 
-``from lastword.client import LastwordClient`` keeps working: the public names of
-:mod:`lastword.client.core` are re-exported here.
+``from lastword import LastwordClient`` is the import path the docs use; ``lastword.client``
+holds the same names (the public names of :mod:`lastword.client.core`).
 """
 
-from lastword.client.core import AsyncLastwordClient, LastwordAPIError, LastwordClient, StreamMessage
+from lastword.client.core import (
+    AsyncLastwordClient,
+    LastwordAPIError,
+    LastwordClient,
+    LastwordConnectionError,
+    LastwordError,
+    StreamMessage,
+)
 
-__all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "StreamMessage"]
+__all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "LastwordConnectionError", "LastwordError",
+           "StreamMessage"]

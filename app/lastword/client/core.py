@@ -40,7 +40,14 @@ from tenacity import AsyncRetrying, Retrying, RetryCallState, retry_if_exception
 from lastword.client import retry
 from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
 from lastword.client.replay import AsyncReplay, Replay
-from lastword.client.retry import RETRIED_STATUSES, RETRY_SECONDS, LastwordAPIError, RetryWindow
+from lastword.client.retry import (
+    RETRIED_STATUSES,
+    RETRY_SECONDS,
+    LastwordAPIError,
+    LastwordConnectionError,
+    LastwordError,
+    RetryWindow,
+)
 from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.rules.ids import new_run_id
 from lastword.rules.lifecycle import closes_run_stream
@@ -65,6 +72,8 @@ __all__ = [
     "AsyncLastwordClient",
     "LastwordAPIError",
     "LastwordClient",
+    "LastwordConnectionError",
+    "LastwordError",
     "StreamMessage",
 ]
 
@@ -607,6 +616,21 @@ class _Client(Generic[Http, Transport]):
     def _open(self, base_url: str, timeout: float, transport: Transport | None) -> Http:
         raise NotImplementedError
 
+    def _unreachable(self, error: httpx.TransportError) -> LastwordConnectionError:
+        """``error``, met once the retries were spent, as the clients' own error."""
+        if isinstance(error, LastwordConnectionError):
+            return error
+        unreachable = LastwordConnectionError(str(self._http.base_url).rstrip("/"), error)
+        unreachable.__cause__ = error
+        return unreachable
+
+    def _reconnect_pause(self, stream: _Stream, error: Exception) -> float:
+        """The pause before a stream reconnects; the clients' own error once there is to be none."""
+        try:
+            return stream.resume.failed(error)
+        except httpx.TransportError as lost:
+            raise self._unreachable(lost) from lost
+
 
 class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
     """Synchronous client. Use as a context manager, or call :meth:`close`. Options: see
@@ -625,14 +649,16 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
         self._http.close()
 
     def _send(self, call: _Call[T]) -> T:
-        if not call.retriable:
-            return call.answer(self._http.request(call.method, call.path, **call.options()))
         try:
+            if not call.retriable:
+                return call.answer(self._http.request(call.method, call.path, **call.options()))
             for attempt in Retrying(**self._core.retry_policy(call)):
                 with attempt:
                     response = self._core.check(self._http.request(call.method, call.path, **call.options()))
         except _Retryable as spent:  # the retries are spent: the last answer is the refusal
             response = spent.response
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
         return call.answer(response)
 
     def create_run(
@@ -840,7 +866,7 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
                 if stream.finished_by_message or stream.over(self.get_run(run_id)):
                     return
             except (httpx.TransportError, _Retryable) as error:
-                time.sleep(stream.resume.failed(error))
+                time.sleep(self._reconnect_pause(stream, error))
 
     def stream_all(self, *, parent_run_id: str | None = None, after: int | None = None) -> Iterator[StreamMessage]:
         """Every run's lifecycle events (the firehose), resuming after a dropped connection."""
@@ -849,7 +875,7 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
             try:
                 yield from self._follow(stream)
             except (httpx.TransportError, _Retryable) as error:
-                time.sleep(stream.resume.failed(error))
+                time.sleep(self._reconnect_pause(stream, error))
 
     def _follow(self, stream: _Stream) -> Iterator[StreamMessage]:
         """One connection's messages, until the server closes it or a closing message arrives."""
@@ -883,14 +909,16 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         await self._http.aclose()
 
     async def _send(self, call: _Call[T]) -> T:
-        if not call.retriable:
-            return call.answer(await self._http.request(call.method, call.path, **call.options()))
         try:
+            if not call.retriable:
+                return call.answer(await self._http.request(call.method, call.path, **call.options()))
             async for attempt in AsyncRetrying(**self._core.retry_policy(call)):
                 with attempt:
                     response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
         except _Retryable as spent:  # the retries are spent: the last answer is the refusal
             response = spent.response
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
         return call.answer(response)
 
     async def create_run(
@@ -1076,7 +1104,7 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 if stream.finished_by_message or stream.over(await self.get_run(run_id)):
                     return
             except (httpx.TransportError, _Retryable) as error:
-                await asyncio.sleep(stream.resume.failed(error))
+                await asyncio.sleep(self._reconnect_pause(stream, error))
 
     async def stream_all(
         self, *, parent_run_id: str | None = None, after: int | None = None
@@ -1088,7 +1116,7 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 async for message in self._follow(stream):
                     yield message
             except (httpx.TransportError, _Retryable) as error:
-                await asyncio.sleep(stream.resume.failed(error))
+                await asyncio.sleep(self._reconnect_pause(stream, error))
 
     async def _follow(self, stream: _Stream) -> AsyncIterator[StreamMessage]:
         """One connection's messages, until the server closes it or a closing message arrives."""

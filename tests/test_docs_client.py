@@ -1,5 +1,4 @@
-"""The README's client example ("From Python: the client library") runs as written, and prints
-what its comments say."""
+"""The client examples of docs/CLIENT.md run as written, and print what their comments say."""
 
 from __future__ import annotations
 
@@ -9,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "CLIENT.md"
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
-def example() -> str:
-    section = README.read_text().split("## From Python: the client library", 1)[1].split("\n## ", 1)[0]
-    return str(BLOCK.findall(section)[0])
+def example(number: int = 0) -> str:
+    return str(BLOCK.findall(PAGE.read_text())[number])
 
 
 def test_the_client_example_streams_the_run_to_its_end(base_url: str) -> None:
@@ -30,3 +28,13 @@ def test_the_client_example_streams_the_run_to_its_end(base_url: str) -> None:
     assert events[0] == "subagent/start", done.stdout
     assert "assistant/chunk" in events, done.stdout
     assert events[-1] == "subagent/end", done.stdout
+
+
+def test_the_errors_example_prints_the_unreachable_line() -> None:
+    """The errors example, against a port nothing listens on, prints the line its comment shows."""
+    script = example(1)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False,
+                          env=os.environ)
+    assert done.returncode == 0, done.stderr
+    comment = re.search(r"print\(error\)\s+# (.*)", script)
+    assert comment is not None and done.stdout.strip() == comment[1], done.stdout
