@@ -159,7 +159,7 @@ async def follow_run(
         # Cleared before the log is read: an overflow from now on sends us back here.
         subscription.caught_up()
         while subscription.ended_by is None:
-            events = await service.events_after(run.run_id, cursor.last, service.page_size, types)
+            events = await service.reads.events_after(run.run_id, cursor.last, service.page_size, types)
             for event in events:
                 yield framing.event(event, event.seq)
                 cursor.last = event.seq
@@ -167,7 +167,7 @@ async def follow_run(
                     return
             if len(events) < service.page_size:
                 break
-        run = await service.get_run(run.run_id)
+        run = await service.reads.get_run(run.run_id)
         if run.status == "ended" and cursor.last >= run.last_seq:
             return
         async with contextlib.aclosing(cursor.live(subscription, framing.keepalive)) as live:
@@ -188,7 +188,7 @@ async def follow_feed(
     while True:
         subscription.caught_up()
         while subscription.ended_by is None:
-            events = await service.feed_after(cursor.last, parent_run_id, service.page_size)
+            events = await service.reads.feed_after(cursor.last, parent_run_id, service.page_size)
             for event in events:
                 feed_id = _feed_id(event)
                 yield framing.event(event, feed_id)

@@ -236,7 +236,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     async def metrics(request: Request) -> Response:
         """Prometheus metrics."""
         metrics, service = request.app.state.metrics, request.app.state.core.runs
-        metrics.count_runs(await service.count_runs())
+        metrics.count_runs(await service.reads.count_runs())
         # Ages on the clock the service runs by (injected in tests), as leases are.
         metrics.count_outbox(*await service.outbox_stats(), service.clock())
         metrics.result_waiters.set(service.result_waiters)

@@ -39,7 +39,7 @@ from lastword.rules.runstate import secret_digest
 from lastword.rules.stop_reasons import StopReason
 from lastword.rules import transcript as transcript_rules
 from lastword.rules.transcript import Format, HistoryEvent, Transcript, transcript
-from lastword.store.protocols import Feed, Outbox, Ping, Retention, RunLog, Stats
+from lastword.store.protocols import Feed, Outbox, Ping, Reads, Retention, RunLog, Stats
 from lastword.webhooks.rules import check_resolved_webhook, check_webhook
 
 log = logging.getLogger("lastword")
@@ -149,6 +149,9 @@ class RunService:
         end_observers: Sequence[Callable[[StoredEvent], None]] = (),
     ) -> None:
         self._store = store
+        #: What the faces read (runs, turns, logs, the firehose, counts), straight from the store:
+        #: a read is no use case, so the service does not pass each one on.
+        self.reads: Reads = store
         self._fanout = fanout
         self.metrics = metrics
         self.clock = clock
@@ -222,44 +225,6 @@ class RunService:
         if not self._fanout.connected:
             # Writes would work, but live streams here would not hear other replicas' commits.
             raise NoticesUnavailable("not listening for other replicas' commits; reconnecting")
-
-    # -- reads -----------------------------------------------------------------------------
-
-    async def get_run(self, run_id: str) -> RunRecord:
-        return await self._store.get_run(run_id)
-
-    async def list_runs(
-        self, *, parent_run_id: str | None, status: RunStatus | None, agent: str | None, limit: int,
-        before_pk: int | None, stop_reason: StopReason | None = None,
-    ) -> list[RunRecord]:
-        return await self._store.list_runs(
-            parent_run_id=parent_run_id, status=status, agent=agent, limit=limit, before_pk=before_pk,
-            stop_reason=stop_reason,
-        )
-
-    async def current_turns(self, run_ids: Sequence[str]) -> dict[str, TurnRecord]:
-        """Each run's latest turn as stored (an open one without its usage so far)."""
-        return await self._store.current_turns(run_ids)
-
-    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
-        return await self._store.snapshot(run_id)
-
-    async def events_after(
-        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
-    ) -> list[StoredEvent]:
-        return await self._store.events_after(run_id, after, limit, types)
-
-    async def feed_after(self, after: int, parent_run_id: str | None, limit: int) -> list[StoredEvent]:
-        return await self._store.feed_after(after, parent_run_id, limit)
-
-    async def last_feed_id(self) -> int:
-        return await self._store.last_feed_id()
-
-    async def highest_feed_id_issued(self) -> int:
-        return await self._store.highest_feed_id_issued()
-
-    async def count_runs(self) -> dict[str, int]:
-        return await self._store.count_runs()
 
     # -- live ------------------------------------------------------------------------------
 

@@ -139,7 +139,7 @@ async def list_runs(
     limit = min(limit, settings_of(request).max_page_size)
     service = service_of(request)
     # One more than asked for tells whether another page exists, so the last page says so.
-    runs = await service.list_runs(
+    runs = await service.reads.list_runs(
         parent_run_id=parentRunId, status=status, agent=agent, limit=limit + 1, before_pk=before,
         stop_reason=stopReason,
     )
@@ -147,7 +147,7 @@ async def list_runs(
     views = [run_view(run) for run in page]
     if include == "result":
         # One query for the page, not one per run: a dashboard lists stop reasons at a glance.
-        turns = await service.current_turns([run.run_id for run in page])
+        turns = await service.reads.current_turns([run.run_id for run in page])
         for view in views:
             if (turn := turns.get(view["runId"])) is not None:
                 view["result"] = turn_summary_view(turn)
@@ -160,7 +160,7 @@ async def list_runs(
 @router.get("/runs/{runId}", response_model=Run, response_model_exclude_unset=True, responses=problems(404, 410))
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """The run with its current turn and status."""
-    return run_view(await service_of(request).get_run(runId))
+    return run_view(await service_of(request).reads.get_run(runId))
 
 
 def _appender(service: RunService, settings: Settings, run_id: str) -> Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]:
@@ -269,7 +269,7 @@ async def append_chunks(request: Request, runId: str) -> Response:
         stored = await ingest_text(body, limit, append)
         if stored.last_seq is None:
             # An empty body stores nothing; the run must still exist, and lastSeq is its own.
-            stored.last_seq = (await service.get_run(runId)).last_seq
+            stored.last_seq = (await service.reads.get_run(runId)).last_seq
         return appended(stored.answer())
     if kind == "application/json":
         chunk = await read_model(body, ChunkText, limit)
@@ -473,7 +473,7 @@ async def get_events(
 ) -> dict[str, Any]:
     """The durable log in ``seq`` order; page on with ``after=nextAfter``."""
     limit = min(limit, settings_of(request).max_page_size)
-    events = await service_of(request).events_after(runId, after, limit)
+    events = await service_of(request).reads.events_after(runId, after, limit)
     return {
         "events": [logged_event_view(event) for event in events],
         "nextAfter": events[-1].seq if events else after,

@@ -80,7 +80,7 @@ async def create(request: Request, run_id: str, security: dict[str, str]) -> Res
     events = await _events(request, allow_empty=True)
     service = _service(request)
     try:
-        run = await service.get_run(run_id)
+        run = await service.reads.get_run(run_id)
         status = 200
     except NotFound:
         # One transaction: messages the store refuses leave no run behind (nothing half-appended).
@@ -106,7 +106,7 @@ async def append(request: Request, run_id: str, security: dict[str, str]) -> Res
     encoded = await encode_events(events, request.app.state.settings.max_event_bytes)
     service = _service(request)
     outcome, echo = await service.append_as_producer(run_id, events, encoded, producer)
-    closed = outcome.ended is not None and (await service.get_run(run_id)).status == "ended"
+    closed = outcome.ended is not None and (await service.reads.get_run(run_id)).status == "ended"
     answer = {**security, "Stream-Next-Offset": ds.offset(outcome.last_seq), **_closed_headers(closed)}
     if echo is not None:
         answer["Producer-Epoch"], answer["Producer-Seq"] = (str(number) for number in echo)

@@ -134,7 +134,7 @@ class McpFace:
                               Field(description="Only children with this status.")] = None,
         ) -> CallToolResult:
             service = self._service()
-            runs = await service.list_runs(
+            runs = await service.reads.list_runs(
                 parent_run_id=parent_run_id, status=status, agent=None, limit=CHILDREN_LIMIT, before_pk=None)
             children = []
             for run in runs:

@@ -146,14 +146,14 @@ async def run_stream(
     release = _releaser(service, runId, subscription)
     try:
         if resume is None:
-            run, turn = await service.snapshot(runId)
+            run, turn = await service.reads.snapshot(runId)
             snapshot: bytes | None = encode(
                 orjson.dumps({"run": run_view(run), "result": result_view(turn)}).decode(),
                 event="run/snapshot",
                 id=run.last_seq,
             )
         else:
-            run = await service.get_run(runId)
+            run = await service.reads.get_run(runId)
             _check_sent(resume, run.last_seq)
             snapshot = None
     except BaseException:
@@ -196,11 +196,11 @@ async def firehose(
     release = _releaser(service, None, subscription)
     try:
         if resume is None:
-            start = await service.last_feed_id()
+            start = await service.reads.last_feed_id()
         else:
             # Against the highest id ever issued: retention may have deleted the newest rows,
             # and an id the stream did send must still resume (from what follows it).
-            _check_sent(resume, await service.highest_feed_id_issued())
+            _check_sent(resume, await service.reads.highest_feed_id_issued())
             start = resume
     except BaseException:
         release()

@@ -74,7 +74,7 @@ async def ingest_cli_stream(
     kind = body.media_type
     if kind not in NDJSON_TYPES and kind != "application/json":
         raise UnsupportedMedia(f"expected application/x-ndjson (one line a JSON object) or application/json, got {kind!r}")
-    run = await service.get_run(run_id)  # 404 before reading a byte
+    run = await service.reads.get_run(run_id)  # 404 before reading a byte
     adapter = CLI_ADAPTERS[format].for_request(run.turn, tool_use_id)  # a later turn's eventIds are its own
     writer = _Writer(service, run_id, settings.max_body_bytes, Stored(last_seq=run.last_seq), format,
                      run.join_continuations)
@@ -237,7 +237,7 @@ class _Writer:
             usages = self.stored_usage[run_id] = {}
             after, full = 0, True
             while full:
-                page = await self.service.events_after(run_id, after, 1000)
+                page = await self.service.reads.events_after(run_id, after, 1000)
                 for stored in page:
                     if stored.event_id is not None:
                         source = stored.body.get("source")

@@ -125,12 +125,12 @@ async def ingest_provider_stream(
         await asyncio.to_thread(finish)
         # A body that never named its call has ids digested from it and the turn it came in (so the
         # same body in a later turn of the run is that turn's own): read the turn only then.
-        base = adapter.id_base(f"turn {(await service.get_run(run_id)).turn}" if adapter.needs_scope else "")
+        base = adapter.id_base(f"turn {(await service.reads.get_run(run_id)).turn}" if adapter.needs_scope else "")
         if staging.count:
             outcome = await service.append_batches(run_id, staging.batches(base, STORE_BATCH))
             stored = Stored(outcome.accepted, outcome.duplicates, outcome.last_seq)
         else:  # only skipped events (pings): nothing to store, but the run must exist
-            stored = Stored(0, 0, (await service.get_run(run_id)).last_seq)
+            stored = Stored(0, 0, (await service.reads.get_run(run_id)).last_seq)
     stored.stop_reason, stored.provider_stop_reason = adapter.stop.stop_reason, adapter.stop.provider
     return stored
 

@@ -46,24 +46,8 @@ class Lifetime(Ping, Protocol):
     async def close(self) -> None: ...
 
 
-class RunLog(Protocol):
-    """Runs, their turns and their logs: every write to a run is here, each one transaction under
-    the run's lock, so ``seq`` is gap-free in commit order and a turn ends exactly once."""
-
-    @abc.abstractmethod
-    async def create_run(
-        self, spec: RunSpec, now: float
-    ) -> tuple[RunRecord, bool, list[StoredEvent]]:
-        """Create a run and its first turn; a repeat of the same spec returns the run."""
-
-    @abc.abstractmethod
-    async def create_run_with_events(
-        self, spec: RunSpec, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
-    ) -> tuple[RunRecord, bool, list[StoredEvent], AppendOutcome | None]:
-        """:meth:`create_run` and, when it created the run, :meth:`append` of ``events`` in the
-        same transaction: all or nothing, so events the store refuses leave no run behind (a
-        stream created with initial content, SPEC §17). The run is returned as it is after the
-        append; the outcome is None when nothing was appended (no events, or a repeat)."""
+class RunReads(Protocol):
+    """Reading runs, their turns and their logs, as the faces show them (no write, no lock)."""
 
     @abc.abstractmethod
     async def get_run(self, run_id: str) -> RunRecord: ...
@@ -87,6 +71,35 @@ class RunLog(Protocol):
 
         An open turn's row has no stop reason and not its usage so far: that lives in its fold.
         """
+
+    @abc.abstractmethod
+    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
+        """Run and latest turn as of one point in the log (``run.last_seq``)."""
+
+    @abc.abstractmethod
+    async def events_after(
+        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
+    ) -> list[StoredEvent]: ...
+
+
+class RunLog(RunReads, Protocol):
+    """Runs, their turns and their logs: every write to a run is here, each one transaction under
+    the run's lock, so ``seq`` is gap-free in commit order and a turn ends exactly once."""
+
+    @abc.abstractmethod
+    async def create_run(
+        self, spec: RunSpec, now: float
+    ) -> tuple[RunRecord, bool, list[StoredEvent]]:
+        """Create a run and its first turn; a repeat of the same spec returns the run."""
+
+    @abc.abstractmethod
+    async def create_run_with_events(
+        self, spec: RunSpec, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
+    ) -> tuple[RunRecord, bool, list[StoredEvent], AppendOutcome | None]:
+        """:meth:`create_run` and, when it created the run, :meth:`append` of ``events`` in the
+        same transaction: all or nothing, so events the store refuses leave no run behind (a
+        stream created with initial content, SPEC §17). The run is returned as it is after the
+        append; the outcome is None when nothing was appended (no events, or a repeat)."""
 
     @abc.abstractmethod
     async def append(
@@ -152,15 +165,6 @@ class RunLog(Protocol):
         """The run and one turn (default: the latest), with the output selected so far."""
 
     @abc.abstractmethod
-    async def snapshot(self, run_id: str) -> tuple[RunRecord, TurnRecord]:
-        """Run and latest turn as of one point in the log (``run.last_seq``)."""
-
-    @abc.abstractmethod
-    async def events_after(
-        self, run_id: str, after: int, limit: int, types: frozenset[str] | None = None
-    ) -> list[StoredEvent]: ...
-
-    @abc.abstractmethod
     async def inherited_events(self, run_id: str) -> list[StoredEvent]:
         """A fork's inherited history in ``seq`` order, each event under the run and turn it was
         logged in (``[]`` for a run that is not a fork)."""
@@ -210,6 +214,11 @@ class Stats(Protocol):
     @abc.abstractmethod
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status."""
+
+
+class Reads(RunReads, Feed, Stats, Protocol):
+    """Everything the faces read: what :attr:`lastword.service.RunService.reads` is, so the
+    service carries no method that only passes a read on to the store."""
 
 
 class Outbox(Protocol):
