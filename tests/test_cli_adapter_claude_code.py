@@ -1248,3 +1248,64 @@ def test_a_backgrounded_subagent_that_printed_nothing_is_a_child_run_too() -> No
     child = [item for item in made if item.child == "call_a"]
     assert types([item.event for item in child]) == [MESSAGE, END]
     assert child[0].event["message"] == {"content": [text("Done.")]} and child[0].agent is not None
+
+
+# -- the fast path for deltas -----------------------------------------------------------------------
+
+def _recorded_delta() -> tuple[Event, Event]:
+    """The first line of a recorded partial-messages run (it names the session) and its first text delta."""
+    lines = lines_of("claude-code-partial", "completion")
+    return lines[0], next(line for line in lines if line.get("event", {}).get("type") == "content_block_delta")
+
+
+def _edited(edit: Any) -> Event:
+    line: Event = json.loads(json.dumps(_recorded_delta()[1]))
+    edit(line)
+    return line
+
+
+def _outcome(adapter: ClaudeCodeAdapter, index: int, line: Event) -> tuple[Any, int]:
+    """What the adapter makes of ``line`` (or the refusal's text), and the lines it counted for it."""
+    before = adapter.lines_read
+    try:
+        made: Any = [(item.event, item.child) for item in adapter.feed(index, line)]
+    except NotTheFormat as refused:
+        made = str(refused)
+    return made, adapter.lines_read - before
+
+
+FAST_PATH_LINES = {
+    "recorded": lambda line: None,
+    "thinking": lambda line: line["event"].update(delta={"type": "thinking_delta", "thinking": "hm"}),
+    "uuid-empty": lambda line: line.update(uuid=""),
+    "uuid-number": lambda line: line.update(uuid=5),
+    "parent-number": lambda line: line.update(parent_tool_use_id=7),
+    "parent-first-seen": lambda line: line.update(parent_tool_use_id="call_first"),
+    "delta-array": lambda line: line["event"].update(delta=[]),
+    "text-number": lambda line: line["event"]["delta"].update(text=5),
+    "message-delta-with-text": lambda line: line["event"].update(type="message_delta"),
+    "json-delta-with-text": lambda line: line["event"]["delta"].update(type="input_json_delta"),
+    "json-delta-with-thinking": lambda line: line["event"].update(
+        delta={"type": "input_json_delta", "thinking": "hm", "partial_json": ""}),
+}
+
+
+@pytest.mark.parametrize("edit", list(FAST_PATH_LINES.values()), ids=list(FAST_PATH_LINES))
+def test_the_fast_path_makes_what_the_general_path_makes(edit: Any) -> None:
+    """A delta line read once the session is known (the fast path) makes the same events, or
+    the same refusal, and counts as one line, as when it names the session (the general path)."""
+    first, _ = _recorded_delta()
+    line = _edited(edit)
+    general = _outcome(ClaudeCodeAdapter(), 1, line)
+    primed = ClaudeCodeAdapter()
+    primed.feed(0, first)
+    assert _outcome(primed, 1, line) == general
+    assert general[1] == 1
+
+
+@pytest.mark.parametrize("scenario", scenarios("claude-code-partial"))
+def test_every_line_of_a_partial_messages_run_is_counted_once(scenario: str) -> None:
+    adapter = ClaudeCodeAdapter()
+    lines = lines_of("claude-code-partial", scenario)
+    run(lines, adapter)
+    assert adapter.lines_read == len(lines)
