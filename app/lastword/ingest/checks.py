@@ -123,7 +123,7 @@ def encode_made(events: list[dict[str, Any]], origins: list[int], limit: int) ->
     append = encoded.append
     position = 0
     try:
-        for position, event in enumerate(events):  # noqa: B007 - read in the except clause
+        for position, event in enumerate(events):
             body = storable_json(event)
             if len(body) > limit:
                 raise too_large_made(origins[position], len(body), limit)
