@@ -143,7 +143,9 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
         if context.ended:
             return None  # the general path keeps it on the run (and counts it)
         self.lines_read += 1
-        return [self._made(chunk(block, text, line_id, {"format": self.format, "events": [line]}), context)]
+        event = chunk(block, text, line_id, {"format": self.format, "events": [line]})
+        # The main run's (most of a run's lines) without a call of _made, which only adds the child.
+        return [Made(event) if context.child is None else self._made(event, context)]
 
     def assembled(self) -> list[Made]:
         made: list[Made] = []

@@ -97,9 +97,13 @@ def storable_made(event: dict[str, Any], origin: int) -> bytes:
     try:
         return storable_json(event)
     except LastwordError as error:
-        error.extra["index"] = origin
-        error.detail = f"event {origin} nests JSON too deeply to be stored"
-        raise
+        raise _named(error, origin) from None
+
+
+def _named(error: LastwordError, origin: int) -> LastwordError:
+    error.extra["index"] = origin
+    error.detail = f"event {origin} nests JSON too deeply to be stored"
+    return error
 
 
 def too_large_made(origin: int, size: int, limit: int) -> EventTooLarge:
@@ -111,10 +115,19 @@ def encode_made(events: list[dict[str, Any]], origins: list[int], limit: int) ->
     """Adapter-made events checked (:func:`check_made`) and encoded, each held to ``limit``
     bytes; a refusal names the provider event (or CLI line) that completed the event."""
     check_made(events, origins)
+    if len(events) != len(origins):
+        raise ValueError("one origin an event")
+    # One loop calling storable_json itself (not storable_made per event: a CLI run is a
+    # thousand of them), the event that is refused named afterwards by its position.
     encoded: list[str] = []
-    for event, origin in zip(events, origins, strict=True):
-        body = storable_made(event, origin)
-        if len(body) > limit:
-            raise too_large_made(origin, len(body), limit)
-        encoded.append(body.decode())
+    append = encoded.append
+    position = 0
+    try:
+        for position, event in enumerate(events):
+            body = storable_json(event)
+            if len(body) > limit:
+                raise too_large_made(origins[position], len(body), limit)
+            append(body.decode())
+    except TooDeeplyNested as error:
+        raise _named(error, origins[position]) from None
     return encoded
