@@ -211,6 +211,26 @@ def test_format_auto_goes_by_the_commands_name(server: ServerProcess, tmp_path: 
     assert b"--format" in err
 
 
+def test_a_command_that_cannot_be_run_is_126_and_one_not_found_127(server: ServerProcess, tmp_path: Path) -> None:
+    """As a shell says it: a file that exists but is not executable is 126 ("cannot be run", its
+    run ended error naming why), a path to nothing is 127 ("not found", no run made)."""
+    script = tmp_path / "codex"
+    script.write_text(f"#!{sys.executable}\n" + ECHO_CHILD)
+    script.chmod(0o644)
+    process = lastword_run(server.url, "--format", "codex", "--run-id", "not-executable", command=[str(script)])
+    _, err = process.communicate(timeout=WAIT)
+    assert process.returncode == 126, err
+    assert b"command not found" not in err and b"Permission denied" in err
+    result = httpx.get(f"{server.url}/v1/runs/not-executable/result").json()
+    assert result["stopReason"] == "error" and "could not be started" in result["error"]["message"]
+
+    missing = lastword_run(server.url, "--format", "codex", "--run-id", "not-found", command=[str(tmp_path / "none")])
+    _, err = missing.communicate(timeout=WAIT)
+    assert missing.returncode == 127, err
+    assert b"command not found" in err
+    assert httpx.get(f"{server.url}/v1/runs/not-found").status_code == 404
+
+
 @pytest.mark.parametrize(("path", "fmt"), [("/usr/local/bin/claude", "claude-code"), ("codex", "codex"),
                                            ("/opt/bin/opencode", "opencode")])
 def test_format_auto_knows_each_cli_by_its_command_name(path: str, fmt: str) -> None:

@@ -82,3 +82,25 @@ def test_the_run_form_prints_the_partial_reply_and_exits_3(base_url: str) -> Non
     for done in runs:  # run twice in a row
         assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
         assert done.stdout.strip() == PARTIAL
+
+
+def test_without_a_key_both_forms_end_error_as_the_readme_says(base_url: str) -> None:
+    """A newcomer with no model key and no ``claude`` login runs the section as written: the README
+    says what they get (the error type it names, no answer, ``lastword run`` exiting 1), and it is so."""
+    section = README.read_text().split("## Put lastword between your orchestrator and its children", 1)[1]
+    named = re.search(r"Without a model key.*?`error\.type` `(\w+)`", section, re.S)
+    assert named is not None, "the README says what a reader without a key gets"
+    assert "exits 1" in section[named.start():named.start() + 600]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = claude_env("http://127.0.0.1:9", Path(tmp))
+        del env["ANTHROPIC_API_KEY"], env["ANTHROPIC_BASE_URL"]  # nothing to log in with
+        pipe = blocks()[0].replace("localhost:8000", base_url.removeprefix("http://"))
+        piped = subprocess.run(["bash", "-c", "set -eu\n" + pipe], capture_output=True, text=True, cwd=tmp, env=env,
+                               timeout=180, check=False)
+        ran = subprocess.run(["bash", "-c", blocks()[1].replace("http://127.0.0.1:8000", base_url)],
+                             capture_output=True, text=True, cwd=tmp, env=env, timeout=180, check=False)
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    result = json.loads(piped.stdout.splitlines()[-1])
+    assert (result["stopReason"], result["error"]["type"], result["output"]) == ("error", named[1], []), result
+    assert ran.returncode == 1, (ran.stdout[-1000:], ran.stderr[-2000:])
+    assert ran.stdout.strip() == "" and "ended error" in ran.stderr, ran.stderr[-2000:]

@@ -204,6 +204,10 @@ def run_child(
     """Create the run, run ``command`` with its output streamed into it, end the turn if the
     output did not, and return the turn's result (see the module's docstring)."""
     executable = shutil.which(command[0])
+    if executable is None and os.sep in command[0] and os.path.exists(command[0]):
+        # A path that exists but is not executable: ``which`` skips it, but it is there, so it
+        # is the shell's 126 ("cannot be run", from Popen below), not 127 ("not found").
+        executable = command[0]
     if executable is None:
         raise CommandNotRun(NOT_FOUND, f"{command[0]}: command not found")
     name = os.path.basename(command[0])
