@@ -131,3 +131,16 @@ def test_the_hook_sends_only_new_lines_and_derives_the_run(shared_api: httpx.Cli
     status, stderr, _ = hook({**stop, "hook_event_name": "SubagentStop", "agent_transcript_path": str(agent)}, env)
     assert status == 0 and "accepted" in stderr, stderr
     assert texts(result(shared_api, f"{run_id}.{meta['toolUseId']}")["output"]) == SPLIT_TAIL
+
+
+@pytest.mark.server
+def test_a_hook_whose_transcripts_are_missing_changes_nothing(shared_api: httpx.Client, shared_base_url: str,  # noqa: F811
+                                                               tmp_path: Path) -> None:
+    """Bad input changes nothing: a hook naming no transcript that exists makes no run (one made
+    would stay running for its whole lease), says which file is missing, and still exits 0."""
+    session_id = f"s-{time.monotonic_ns()}"
+    stop = {"hook_event_name": "Stop", "session_id": session_id, "transcript_path": str(tmp_path / "gone.jsonl")}
+    status, stderr, _ = hook(stop, {"LASTWORD_URL": shared_base_url, "LASTWORD_RUN_ID": "",
+                                    "LASTWORD_HOOK_STATE_DIR": str(tmp_path / "state")})
+    assert status == 0 and "gone.jsonl" in stderr, stderr
+    assert shared_api.get(f"/v1/runs/claude-code-{session_id}").status_code == 404

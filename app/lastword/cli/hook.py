@@ -125,19 +125,27 @@ def _hook(hook: Any) -> list[str]:
     if not isinstance(hook, dict):
         raise ValueError("standard input is not the hook's JSON object: run this as the command of a Claude Code hook")
     run_id = run_id_of(hook)
+    # Each named transcript, and whether it is a subagent's own (sent under its tool_use_id).
+    named: list[tuple[Path, bool]] = []
+    agent = hook.get("agent_transcript_path")
+    if isinstance(agent, str) and agent:
+        named.append((Path(agent), True))
+    session = hook.get("transcript_path")
+    if hook.get("hook_event_name") != "SubagentStop" and isinstance(session, str) and session:
+        named.append((Path(session), False))
+    said = [f"{path}: no such transcript" for path, _ in named if not path.exists()]
+    sends = [(path, tool_use_id(path) if is_agent else None) for path, is_agent in named if path.exists()]
+    if not sends:
+        # Nothing to send: no run is made (one made would stay running for its whole lease).
+        return said
     service = _Service()
-    said: list[str] = []
     if not os.environ.get("LASTWORD_RUN_ID"):
         status, body = service.post("/v1/runs", json.dumps({"runId": run_id, "agent": "claude-code"}).encode(),
                                     "application/json")
         if status not in (200, 201, 409):
             raise ValueError(f"creating the run {run_id!r}: {status} {body.decode(errors='replace')[:300]}")
-    agent = hook.get("agent_transcript_path")
-    if isinstance(agent, str) and agent:
-        said.append(_send(service, run_id, Path(agent), tool_use_id(Path(agent))))
-    session = hook.get("transcript_path")
-    if hook.get("hook_event_name") != "SubagentStop" and isinstance(session, str) and session:
-        said.append(_send(service, run_id, Path(session), None))
+    for path, tool_use in sends:
+        said.append(_send(service, run_id, path, tool_use))
     return said
 
 
