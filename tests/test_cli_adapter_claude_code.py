@@ -294,6 +294,22 @@ def test_fixture_a_backgrounded_subagents_usage_is_the_notifications(mode: str) 
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_fixture_only_the_usage_remainders_are_marked_as_such(mode: str) -> None:
+    """The usage-only messages that bring a turn's or a backgrounded child's sum to the CLI's total
+    are marked ``remainder`` (the ingest lowers them when a transcript's replies were kept instead
+    of the stdout's), and nothing else is."""
+    seen: set[str | None] = set()
+    for scenario in scenarios(mode):
+        made, _ = run(lines_of(mode, scenario))
+        marked = {(item.child, item.event["eventId"]) for item in made if item.remainder}
+        remainders = {(item.child, item.event["eventId"]) for item in made
+                      if item.event["type"] == "assistant/message" and item.event["eventId"].endswith(":usage")}
+        assert marked == remainders, scenario
+        seen |= {child for child, _ in marked}
+    assert None in seen and len(seen) > 1  # some run's and some child's remainder were made
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_fixture_a_resumed_sessions_second_turn_has_its_own_ids(mode: str) -> None:
     """Fed as the run's turn 2, the second invocation's events share no eventId with the first's."""
     first, _ = run(lines_of(mode, "resume"))

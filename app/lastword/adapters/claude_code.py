@@ -296,7 +296,8 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
             remainder = {name: max(0, value - context.usage.get(name, 0)) for name, value in self._total.items()}
             if any(remainder.values()):
                 made.append(Made({"type": "assistant/message", "eventId": f"{self._end}:usage",
-                                  "message": {"content": [], "usage": remainder}, "source": self.source([])}))
+                                  "message": {"content": [], "usage": remainder}, "source": self.source([])},
+                                 remainder=True))
         end: Event = {"type": "turn/end", "eventId": self._end, "stopReason": self._stop.stop_reason,
                       "source": self.source([])}
         if self._total:
@@ -379,7 +380,7 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
             return []
         return [self._made({"type": "assistant/message", "eventId": f"{event_id}:usage",
                             "message": {"content": [], "usage": {"inputTokens": 0, "outputTokens": missing}},
-                            "source": self.source([line])}, child)]
+                            "source": self.source([line])}, child)._replace(remainder=True)]
 
     def _end_child(self, child: _Context, stop: str, event_id: str, raw: Event | None) -> Made:
         child.ended = True

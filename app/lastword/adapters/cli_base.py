@@ -41,6 +41,9 @@ class Made(NamedTuple):
     event: Event
     child: str | None = None
     agent: str | None = None
+    #: A usage-only message the adapter adds so the turn's sum is the CLI's own total: the ingest
+    #: lowers it by what replies kept from another format carried (lastword.ingest.cli).
+    remainder: bool = False
 
 
 class CliAdapter(abc.ABC):

@@ -269,17 +269,10 @@ def _usage(event: dict[str, Any]) -> dict[str, int]:
     return {name: value for name, value in usage.items() if type(value) is int} if isinstance(usage, dict) else {}
 
 
-def _is_usage_remainder(event: dict[str, Any]) -> bool:
-    """The usage-only message an adapter adds at a turn's end (eventId ``<end>:usage``)."""
-    message = event.get("message")
-    return (event.get("type") == "assistant/message" and str(event.get("eventId", "")).endswith(":usage")
-            and isinstance(message, dict) and message.get("content") == [])
-
-
 def _lowered(item: Made, gap: dict[str, int]) -> Made | None:
     """``item``, a usage-only remainder lowered by ``gap`` (None when nothing remains); any other
     event as it is."""
-    if not any(gap.values()) or not _is_usage_remainder(item.event):
+    if not item.remainder or not any(gap.values()):
         return item
     usage = {name: max(0, value - gap.get(name, 0)) for name, value in _usage(item.event).items()}
     if not any(usage.values()):
