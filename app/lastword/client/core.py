@@ -40,14 +40,8 @@ from tenacity import AsyncRetrying, Retrying, RetryCallState, retry_if_exception
 from lastword.client import retry
 from lastword.client.pusher import LINGER, MAX_EVENTS, AsyncPusher, Pusher, with_event_ids
 from lastword.client.replay import AsyncReplay, Replay
-from lastword.client.retry import (
-    RETRIED_STATUSES,
-    RETRY_SECONDS,
-    LastwordAPIError,
-    LastwordConnectionError,
-    LastwordError,
-    RetryWindow,
-)
+from lastword.client.errors import LastwordAPIError, LastwordConnectionError, LastwordError
+from lastword.client.retry import RETRIED_STATUSES, RETRY_SECONDS, RetryWindow
 from lastword.client.stream_pusher import IDLE, ROLL_BYTES, ROLL_EVENTS, AsyncStreamPusher, StreamPusher
 from lastword.rules.ids import new_run_id
 from lastword.rules.lifecycle import closes_run_stream
