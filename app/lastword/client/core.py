@@ -218,12 +218,37 @@ async def _async_of(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield piece
 
 
+def check(response: httpx.Response) -> httpx.Response:
+    """``response``, unless its status asks for another try (then raised as :class:`_Retryable`)."""
+    if response.status_code in RETRIED_STATUSES:
+        raise _Retryable(response)
+    return response
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    """Raise a non-2xx answer as :class:`LastwordAPIError` (its problem document, or its text)."""
+    if response.is_error:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = None
+        if not isinstance(problem, dict):
+            problem = {"detail": response.text}
+        raise LastwordAPIError(response.status_code, problem)
+
+
+def decode(response: httpx.Response, model: type[M]) -> M:
+    """A 2xx answer's body as ``model``; a refusal raised."""
+    raise_for_problem(response)
+    return model.model_validate(response.json())
+
+
 def _decoder(model: type[M]) -> Callable[[httpx.Response], M]:
-    return lambda response: _Core.decode(response, model)
+    return lambda response: decode(response, model)
 
 
 def _tool_result_or_none(response: httpx.Response) -> ToolResult | None:
-    return None if response.status_code == 202 else _Core.decode(response, ToolResult)
+    return None if response.status_code == 202 else decode(response, ToolResult)
 
 
 def _turn_params(turn: int | None) -> dict[str, Any]:
@@ -231,7 +256,7 @@ def _turn_params(turn: int | None) -> dict[str, Any]:
 
 
 def _text(response: httpx.Response) -> str:
-    _Core.raise_for_problem(response)
+    raise_for_problem(response)
     return response.text
 
 
@@ -398,28 +423,6 @@ class _Core:
         return _Call("GET", f"/v1/runs/{run_id}/children", _decoder(ChildrenJoin), params=params,
                      timeout=self.long_poll_timeout(wait))
 
-    @staticmethod
-    def check(response: httpx.Response) -> httpx.Response:
-        if response.status_code in RETRIED_STATUSES:
-            raise _Retryable(response)
-        return response
-
-    @staticmethod
-    def raise_for_problem(response: httpx.Response) -> None:
-        if response.is_error:
-            try:
-                problem = response.json()
-            except ValueError:
-                problem = None
-            if not isinstance(problem, dict):
-                problem = {"detail": response.text}
-            raise LastwordAPIError(response.status_code, problem)
-
-    @staticmethod
-    def decode(response: httpx.Response, model: type[M]) -> M:
-        _Core.raise_for_problem(response)
-        return model.model_validate(response.json())
-
     # Streams.
 
     def run_stream(self, run_id: str, include_chunks: bool, after: int | None) -> _Stream:
@@ -559,7 +562,7 @@ class _Stream:
 
 def _problem_of_stream(response: httpx.Response) -> None:
     if response.is_error:
-        _Core.decode(response, Run)
+        decode(response, Run)
 
 
 def _open_stream_refused(response: httpx.Response) -> None:
@@ -648,7 +651,7 @@ class LastwordClient(_Client[httpx.Client, httpx.BaseTransport]):
                 return call.answer(self._http.request(call.method, call.path, **call.options()))
             for attempt in Retrying(**self._core.retry_policy(call)):
                 with attempt:
-                    response = self._core.check(self._http.request(call.method, call.path, **call.options()))
+                    response = check(self._http.request(call.method, call.path, **call.options()))
         except _Retryable as spent:  # the retries are spent: the last answer is the refusal
             response = spent.response
         except httpx.TransportError as error:
@@ -908,7 +911,7 @@ class AsyncLastwordClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 return call.answer(await self._http.request(call.method, call.path, **call.options()))
             async for attempt in AsyncRetrying(**self._core.retry_policy(call)):
                 with attempt:
-                    response = self._core.check(await self._http.request(call.method, call.path, **call.options()))
+                    response = check(await self._http.request(call.method, call.path, **call.options()))
         except _Retryable as spent:  # the retries are spent: the last answer is the refusal
             response = spent.response
         except httpx.TransportError as error:
