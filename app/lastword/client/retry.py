@@ -1,6 +1,6 @@
 """What the clients retry and how long they pause between tries: one policy for every sender.
 
-A request retried after a lost connection or a 429/502/503/504 (:mod:`lastword.client.core`,
+A request retried after a lost connection or a 429/502/503/504 (:mod:`lastword.client.calls`,
 through tenacity), a stream reconnecting after a dropped connection, and the stream pusher
 resending what a failed request carried (:mod:`lastword.client.stream_pusher`) all wait
 :func:`pause` seconds, and all raise :class:`LastwordAPIError` for a refusal and
