@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from lastword.client.core import (
+    from lastword.client import (
         AsyncLastwordClient,
         LastwordAPIError,
         LastwordClient,
@@ -29,7 +29,7 @@ __all__ = ["AsyncLastwordClient", "LastwordAPIError", "LastwordClient", "Lastwor
 
 def __getattr__(name: str) -> Any:
     if name in __all__ and name != "__version__":
-        from lastword.client import core as client
+        from lastword import client
 
         return getattr(client, name)
     raise AttributeError(f"module 'lastword' has no attribute {name!r}")

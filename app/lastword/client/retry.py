@@ -1,25 +1,26 @@
 """What the clients retry and how long they pause between tries: one policy for every sender.
 
-A request retried after a lost connection or a 429/502/503/504 (:mod:`lastword.client.core`,
+A request retried after a lost connection or a 429/502/503/504 (:mod:`lastword.client.calls`,
 through tenacity), a stream reconnecting after a dropped connection, and the stream pusher
 resending what a failed request carried (:mod:`lastword.client.stream_pusher`) all wait
 :func:`pause` seconds, and all raise :class:`LastwordAPIError` for a refusal and
-:class:`LastwordConnectionError` for a service they could not reach (the errors live here, with
-the rule that sorts them, so that every sender raises the same ones). A child's output
+:class:`LastwordConnectionError` for a service they could not reach (:mod:`lastword.client.errors`;
+named here too, beside :func:`is_retried`, the rule that sorts them). A child's output
 (a CLI's lines, a pusher's deltas) is sent again for as long as a :class:`RetryWindow` allows:
 a time, not a number of tries, so that a rolling restart of the service (a replica draining,
 then gone, then back) is ridden out however many tries it takes. The module imports no other
-module of the client, so both of those can import it.
+module of the client but the errors, so all of those can import it.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import httpx
+
+from lastword.client.errors import LastwordAPIError, LastwordConnectionError, LastwordError
 
 __all__ = ["MAX_PAUSE", "RETRIED_STATUSES", "RETRY_SECONDS", "LastwordAPIError", "LastwordConnectionError",
            "LastwordError", "RetryWindow", "is_retried", "pause"]
@@ -30,38 +31,6 @@ RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 MAX_PAUSE = 5.0
 #: Seconds a child's output is sent again after failures in a row (the clients' ``retry_seconds``).
 RETRY_SECONDS = 120.0
-
-
-class LastwordError(Exception):
-    """What the clients raise when a call did not get its answer; catch it for "lastword did not
-    do it". The tree::
-
-        LastwordError
-        ├── LastwordAPIError         the service answered, refusing: status, code, problem
-        └── LastwordConnectionError  the service could not be reached or the connection broke,
-                                     after the retries (also an httpx.TransportError)
-    """
-
-
-class LastwordAPIError(LastwordError):
-    """The service answered with a problem document (or another non-2xx answer)."""
-
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
-        self.status = status
-        self.problem = dict(problem)
-        self.code = str(problem.get("code", "http_error"))
-        super().__init__(f"{status} {self.code}: {problem.get('detail', '')}")
-
-
-class LastwordConnectionError(LastwordError, httpx.TransportError):
-    """The service could not be reached at ``url``, or the connection failed before it answered,
-    once the retries were spent. The httpx error is its ``__cause__``; it is an
-    ``httpx.TransportError`` too, so code that caught httpx's errors still catches it."""
-
-    def __init__(self, url: str, error: httpx.TransportError) -> None:
-        super().__init__(f"cannot reach the service at {url}: {str(error) or type(error).__name__}",
-                         request=getattr(error, "_request", None))
-        self.url = url
 
 
 def pause(backoff: float, failures: int) -> float:

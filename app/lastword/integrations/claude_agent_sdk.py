@@ -2,7 +2,7 @@
 
 ``pip install 'lastword[claude-agent-sdk]'``, then use these where you used the SDK's own::
 
-    from lastword.client.core import AsyncLastwordClient
+    from lastword import AsyncLastwordClient
     from lastword.integrations.claude_agent_sdk import query
 
     async with AsyncLastwordClient("http://127.0.0.1:8000") as lw:
@@ -35,7 +35,7 @@ from typing import Any, cast
 import claude_agent_sdk
 from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage, Transport
 
-from lastword.client.core import AsyncLastwordClient
+from lastword.client.aio import AsyncLastwordClient
 from lastword.integrations.claude_lines import LineWriter
 from lastword.integrations.turn_stream import KEEPALIVE, TurnStream, end_open_turn
 

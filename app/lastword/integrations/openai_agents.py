@@ -42,7 +42,7 @@ from typing import Any
 from agents import Agent, FunctionTool, MaxTurnsExceeded, RunResultStreaming, StreamEvent
 from agents.tool import default_tool_error_function
 
-from lastword.client.core import AsyncLastwordClient
+from lastword.client.aio import AsyncLastwordClient
 from lastword.client.stream_pusher import AsyncStreamPusher
 from lastword.integrations.agents_events import AgentRunEvents
 

@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 
 from lastword.client import retry
-from lastword.client.core import AsyncLastwordClient, LastwordAPIError
+from lastword.client.aio import AsyncLastwordClient
+from lastword.client.errors import LastwordAPIError
 from lastword.schemas import IngestResult
 
 #: Seconds of silence after which a blank line is written (the service's body time-out is 30 s).
