@@ -251,7 +251,7 @@ def test_wait_result_time_outs_are_the_same_in_both_clients(base_url: str) -> No
 def test_wait_result_keeps_to_the_turn_current_when_called(base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wait that needs several polls answers the turn that was current when it was called,
     even when that turn ends and the next one starts between two polls."""
-    monkeypatch.setattr("lastword.client.core.WAIT_PER_REQUEST", 0.2)  # a poll ends while turn 1 runs
+    monkeypatch.setattr("lastword.client.polls.WAIT_PER_REQUEST", 0.2)  # a poll ends while turn 1 runs
     first_poll_answered, next_turn_started = threading.Event(), threading.Event()
 
     class PausingAfterFirstPoll(httpx.HTTPTransport):

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from lastword.client.aio import AsyncLastwordClient
 from lastword.client.errors import LastwordAPIError, LastwordConnectionError, LastwordError
-# Under its old path because tests/test_client.py sets it here; the long polls read
-# lastword.client.polls.WAIT_PER_REQUEST, so only setting it there shortens them.
-from lastword.client.polls import WAIT_PER_REQUEST
 from lastword.client.streams import StreamMessage
 from lastword.client.sync import LastwordClient
 
