@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.servers import ServerProcess, threaded_server
+from tests.servers import ServerProcess, threaded_app_server, threaded_server
 from tests.sse import open_stream, payload
 
 
@@ -99,12 +100,17 @@ def test_streams_are_asked_to_reconnect_when_their_lifetime_ends(make_settings: 
 def test_long_polls_answer_at_shutdown(make_settings: Any) -> None:
     """A ?wait= long poll in progress answers with the running result when the server shuts down."""
     answers: list[httpx.Response] = []
-    with threaded_server(make_settings()) as url:
+    with threaded_app_server(make_settings()) as (url, app):
         run = httpx.post(url + "/v1/runs", json={}).json()["runId"]
         poll = threading.Thread(target=lambda: answers.append(
             httpx.get(f"{url}/v1/runs/{run}/result", params={"wait": 60}, timeout=30)))
         poll.start()
-        threading.Event().wait(0.3)  # let the poll reach its wait (if not, it still must answer)
+        # Shut down only once the server holds the poll parked: a fixed pause lost that race on a
+        # loaded CI machine (the poll connected after the listener had closed).
+        deadline = time.monotonic() + 30
+        while app.state.core.runs.result_polls_waiting != 1:
+            assert poll.is_alive() and time.monotonic() < deadline, "the poll never parked"
+            threading.Event().wait(0.01)
     poll.join(30)
     assert answers and answers[0].status_code == 200
     assert answers[0].json()["status"] == "running"
