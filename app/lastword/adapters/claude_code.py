@@ -399,20 +399,14 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
         if reply is None:
             return []
         context.reply = None
-        message: Event = {"id": reply.id, "content": reply.blocks}
-        if reply.usage is not None:
-            message["usage"] = reply.usage
-            for name, value in reply.usage.items():
-                context.usage[name] = context.usage.get(name, 0) + value
+        for name, value in (reply.usage or {}).items():
+            context.usage[name] = context.usage.get(name, 0) + value
         stop = reply.stop
         if stop is None and next_reply and not any(block["type"] == "tool_call" for block in reply.blocks):
             stop = "max_tokens"
-        if stop is not None:
-            message["stopReason"] = stop
         context.replies_stored += 1
         context.substantive = context.substantive or bool(reply.blocks)
-        event = {"type": "assistant/message", "eventId": reply.id, "message": message, "source": self.source(reply.raw)}
-        return [self._made(event, context)]
+        return [self._made(self.reply_event(reply, stop), context)]
 
     def _made(self, event: Event, context: _Context) -> Made:
         if context.child is None:

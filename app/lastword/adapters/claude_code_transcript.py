@@ -198,15 +198,9 @@ class ClaudeCodeTranscriptAdapter(ClaudeCodeLines):
         if reply is None:
             return []
         context.reply = None
-        message: Event = {"id": reply.id, "content": reply.blocks}
-        if reply.usage is not None:
-            message["usage"] = reply.usage
-        if reply.stop is not None:
-            message["stopReason"] = reply.stop
         context.final = _TURN_STOPS.get(reply.stop or "")
         context.error = None
-        event = {"type": "assistant/message", "eventId": reply.id, "message": message, "source": self.source(reply.raw)}
-        return [self._made(event, context)]
+        return [self._made(self.reply_event(reply, reply.stop), context)]
 
     def _made(self, event: Event, context: _Context) -> Made:
         if context.child is None:

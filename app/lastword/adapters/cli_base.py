@@ -192,6 +192,15 @@ class ClaudeCodeLines(CliAdapter):
         if isinstance(message.get("usage"), dict) and reply.usage is None:
             reply.usage = self.usage(index, message["usage"], "message.usage.")
 
+    def reply_event(self, reply: Reply, stop: str | None) -> Event:
+        """The ``assistant/message`` a finished reply is stored as, ``stop`` its stop reason."""
+        message: Event = {"id": reply.id, "content": reply.blocks}
+        if reply.usage is not None:
+            message["usage"] = reply.usage
+        if stop is not None:
+            message["stopReason"] = stop
+        return {"type": "assistant/message", "eventId": reply.id, "message": message, "source": self.source(reply.raw)}
+
     def content_block(self, index: int, block: Event, position: int) -> Event | None:
         """The §3 block of a content block; ``None`` for a tool call the output ceiling cut."""
         kind = block["type"]
