@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,8 @@ from tests.cli_children.record import BIN, run_cli
 
 LASTWORD = str(Path(sys.executable).with_name("lastword"))
 FIXTURES = Path(__file__).resolve().parent / "cli_children" / "fixtures" / "claude-code-transcript"
+#: A Python exception's class name as a message would print it ("FileNotFoundError: …").
+PYTHON_CLASS = re.compile(r"\b[A-Z]\w*(Error|Exception|Expired)\b")
 SPLIT_WHOLE = "Report part one: the first half of the findings, cut and report part two, which completes the findings."
 SPLIT_TAIL = " and report part two, which completes the findings."
 
@@ -98,8 +101,13 @@ def test_the_hook_exits_0_in_time_with_lastword_down(tmp_path: Path) -> None:
         silent.listen(8)
         status, stderr, elapsed = hook(stdin, {"LASTWORD_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
                                                "LASTWORD_HOOK_STATE_DIR": str(tmp_path / "s")})
-    assert status == 0 and "nothing more sent" in stderr
+    assert status == 0 and "nothing more sent: timed out" in stderr
+    assert not PYTHON_CLASS.search(stderr), stderr
     assert not (tmp_path / "s").exists()  # nothing was accepted, so nothing is marked sent
+    # a transcript that cannot be read: the file and what is wrong with it, in words
+    status, stderr, _ = hook({**stdin, "agent_transcript_path": str(tmp_path)},
+                             {"LASTWORD_URL": f"http://127.0.0.1:{port}", "LASTWORD_RUN_ID": "named"})
+    assert status == 0 and f"{tmp_path}: is a directory" in stderr and not PYTHON_CLASS.search(stderr), stderr
     # input that is not a hook's
     status, stderr, _ = hook({"session_id": 5}, {"LASTWORD_URL": f"http://127.0.0.1:{port}"})
     assert status == 0 and "session_id" in stderr

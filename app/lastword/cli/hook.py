@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from lastword.cli.claude_code_files import tool_use_id, whole_lines
+from lastword.cli.reasons import reason
 
 #: The whole command's budget, under Claude Code's patience and the 5 s promised.
 DEADLINE_SECONDS = 3.0
@@ -79,7 +80,7 @@ def main(stdin: Any = None) -> int:
     except _Unreachable as error:
         print(f"lastword hook: nothing sent: {error}", file=sys.stderr)
     except (_OutOfTime, Exception) as error:  # noqa: BLE001 -- never fail the CLI
-        print(f"lastword hook: nothing more sent: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"lastword hook: nothing more sent: {reason(error)}", file=sys.stderr)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from lastword.cli import claude_code_files as files
+from lastword.cli.reasons import reason
 from lastword.client.core import LastwordAPIError, LastwordClient
 
 TRANSCRIPT_FORMAT = "claude-code-transcript"
@@ -163,7 +164,7 @@ class ClaudeCodeTranscripts:
             self._say(f"{transcript.name} not stored: {error.status} {error.code}: "
                       f"{error.problem.get('detail') or error.problem.get('title') or ''}".rstrip(": "))
         except Exception as error:  # noqa: BLE001 -- the stdout's answer stands whatever happens here
-            self._say(f"{transcript.name} not stored: {type(error).__name__}: {error}")
+            self._say(f"{transcript.name} not stored: {reason(error)}")
 
 
 def _finished_subagents(line: dict[str, Any]) -> list[tuple[str, str]]:
@@ -274,7 +275,7 @@ class OpencodeExport:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=EXPORT_SECONDS)
             return json.loads(done.stdout) if done.returncode == 0 else None
         except (OSError, subprocess.TimeoutExpired, ValueError) as error:
-            self._say(f"{' '.join(argv[1:3])} failed: {type(error).__name__}: {error}")
+            self._say(f"{' '.join(argv[1:3])} failed: {reason(error)}")
             return None
 
 
