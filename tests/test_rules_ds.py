@@ -133,6 +133,7 @@ def test_an_offset_this_server_did_not_hand_out_is_a_bad_request(text: str) -> N
     ("Application/JSON; charset=utf-8", "application/json"),
     ("  text/HTML ;q=1", "text/html"),
     ("application/octet-stream;", "application/octet-stream"),
+    ("application/json; charset=utf-8; profile=x", "application/json"),
 ])
 def test_a_content_type_is_compared_by_its_media_type(header: str | None, kind: str) -> None:
     """Parameters, case and surrounding space do not change which content type a stream has."""
@@ -431,8 +432,8 @@ def test_a_json_body_is_its_messages_as_written_with_an_array_flattened_once(
 
 
 @pytest.mark.parametrize("body", [
-    b"", b"   ", b"{", b"[", b"[1,]", b"[,1]", b"[1 2]", b"[1,,2]", b"[1}", b"1 2", b"[1]x", b"[1] [2]", b"{}{}",
-    b"NaN", b"[Infinity]", b"-Infinity", b"\xff\xfe", b"[\"\xc3\"]", b"\xc2\xa0[1]", b"[" * 100_000, b"{'a': 1}",
+    b"", b"   ", b"{", b"[", b"[1,]", b"[,1]", b"[1 2]", b"[1,,2]", b"[1}", b"1 2", b"[1]x", b"[]x", b"[ ]x",
+    b"[1] [2]", b"{}{}", b"NaN", b"[Infinity]", b"-Infinity", b"\xff\xfe", b"[\"\xc3\"]", b"\xc2\xa0[1]", b"[" * 100_000, b"{'a': 1}",
 ])
 def test_a_body_that_is_not_json_is_refused(body: bytes) -> None:
     """Not JSON (nor UTF-8), trailing data, NaN and Infinity, nesting too deep: a bad request."""
@@ -533,6 +534,14 @@ def test_the_cursor_counts_twenty_second_intervals_since_the_protocols_epoch() -
     assert ds.cursor(epoch + 19.9, None, 1) == "0"
     assert ds.cursor(epoch + 20, None, 1) == "1"
     assert ds.cursor(epoch + 20 * 1000 + 5, None, 1) == "1000"
+
+
+def test_every_interval_is_twenty_seconds_wide_on_either_side_of_the_epoch() -> None:
+    """Intervals are counted down as well as up: a clock just before the epoch is in the
+    interval before it, not in a double-width interval 0."""
+    assert ds.cursor(ds.CURSOR_EPOCH - 0.5, None, 1) == "-1"
+    assert ds.cursor(ds.CURSOR_EPOCH - 20, None, 1) == "-1"
+    assert ds.cursor(ds.CURSOR_EPOCH - 20.5, None, 1) == "-2"
 
 
 def test_a_client_cursor_behind_the_interval_gets_the_interval() -> None:

@@ -71,7 +71,7 @@ def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
 
 def media_type(content_type: str | None) -> str:
     """The media type of a ``Content-Type`` (no parameters), lower case; ``""`` when absent."""
-    return (content_type or "").split(";", 1)[0].strip().lower()
+    return (content_type or "").partition(";")[0].strip().lower()
 
 
 def is_json(content_type: str) -> bool:
@@ -104,7 +104,8 @@ def parse_expires_at(value: str | None) -> float | None:
     if not _RFC3339.fullmatch(text):
         raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not an RFC 3339 time")
     try:
-        return datetime.fromisoformat(text.upper().replace(" ", "T")).timestamp()
+        # Python reads any one character between date and time, but only an upper-case Z.
+        return datetime.fromisoformat(text.upper()).timestamp()
     except ValueError:
         raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not a valid time") from None
 
@@ -123,12 +124,10 @@ class Producer:
 
 def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Producer | None:
     """The three producer headers, all or none (400 otherwise)."""
-    given = [value is not None for value in (pid, epoch, seq)]
-    if not any(given):
-        return None
-    if not all(given):
+    if pid is None or epoch is None or seq is None:
+        if pid is None and epoch is None and seq is None:
+            return None
         raise DsRefusal("invalid", "Producer-Id, Producer-Epoch and Producer-Seq go together")
-    assert pid is not None and epoch is not None and seq is not None
     if not pid.strip():
         raise DsRefusal("invalid", "Producer-Id is empty")
     numbers = []
@@ -181,8 +180,8 @@ def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
     try:
-        text = body.decode("utf-8")
-        start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+        text = body.decode()
+        start = _SPACE.match(text).end()  # type: ignore[union-attr]
         if text.startswith("[", start):
             messages: list[bytes] = []
             at = _SPACE.match(text, start + 1).end()  # type: ignore[union-attr]
@@ -234,8 +233,8 @@ def body_of(entries: list[bytes], content_type: str) -> bytes:
 def sse_data(entries: list[bytes], content_type: str) -> str:
     """Entries as one SSE ``data`` event's text (base64 for a binary stream)."""
     if sse_base64(content_type):
-        return base64.b64encode(b"".join(entries)).decode("ascii")
-    return body_of(entries, content_type).decode("utf-8", errors="replace")
+        return base64.b64encode(b"".join(entries)).decode()
+    return body_of(entries, content_type).decode(errors="replace")
 
 
 def cursor(now: float, client_cursor: str | None, jitter: int) -> str:
