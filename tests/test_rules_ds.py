@@ -188,7 +188,7 @@ def test_no_ttl_header_is_no_ttl() -> None:
 
 @given(seconds=st.integers(min_value=0, max_value=ds.MAX_SAFE))
 def test_a_ttl_in_plain_decimal_is_that_many_seconds(seconds: int) -> None:
-    """Any non-negative integer written in plain decimal is accepted as it is."""
+    """Any whole number up to 2^53-1 written in plain decimal is accepted as it is."""
     assert ds.parse_ttl(str(seconds)) == seconds
 
 
@@ -198,7 +198,16 @@ def test_a_ttl_in_any_other_notation_is_refused(value: str) -> None:
     empty: a bad request that names the value."""
     refusal = refused(ds.parse_ttl, value)
     assert refusal.reason == "invalid"
-    assert str(refusal) == f"Stream-TTL {value!r} is not a whole number of seconds"
+    assert str(refusal) == f"Stream-TTL {value!r} is not a whole number of seconds up to 2^53-1"
+
+
+@pytest.mark.parametrize("value", [str(2**53), str(2**63), "9" * 5000])
+def test_a_ttl_too_large_to_keep_is_a_bad_request(value: str) -> None:
+    """A TTL past 2^53-1 seconds (no store column or JavaScript client holds it exactly; 5000
+    digits are past what Python reads as an int) is refused as invalid, not a server error."""
+    refusal = refused(ds.parse_ttl, value)
+    assert refusal.reason == "invalid"
+    assert str(refusal) == f"Stream-TTL {value!r} is not a whole number of seconds up to 2^53-1"
 
 
 def test_no_expiry_header_is_no_expiry() -> None:
@@ -311,7 +320,7 @@ def test_an_empty_producer_id_is_refused(pid: str) -> None:
     assert str(refusal) == "Producer-Id is empty"
 
 
-@pytest.mark.parametrize("bad", ["-1", "+1", "1.0", "1e3", "abc", "", "01", str(2**53), str(10**30), "0x1"])
+@pytest.mark.parametrize("bad", ["-1", "+1", "1.0", "1e3", "abc", "", "01", str(2**53), str(10**30), "0x1", "9" * 5000])
 def test_an_epoch_or_seq_that_is_not_a_safe_integer_is_refused_by_name(bad: str) -> None:
     """Epoch and seq are integers from 0 to 2^53-1 in plain decimal; the refusal names the header."""
     for name, args in (("Producer-Epoch", ("p", bad, "0")), ("Producer-Seq", ("p", "0", bad))):
@@ -566,6 +575,14 @@ def test_a_client_cursor_at_or_past_the_interval_is_moved_on_by_the_jitter() -> 
 @pytest.mark.parametrize("theirs", ["", "abc", "-5", "01000", "1e3", "1000 ", "+1000"])
 def test_a_cursor_that_is_not_a_decimal_number_is_ignored(theirs: str) -> None:
     """The client echoes what it was given; anything else counts as no cursor."""
+    now = ds.CURSOR_EPOCH + 20 * 1000
+    assert ds.cursor(now, theirs, 3600) == "1000"
+
+
+@pytest.mark.parametrize("theirs", [str(2**53), "9" * 5000])
+def test_a_cursor_no_server_hands_out_is_ignored_however_long(theirs: str) -> None:
+    """A number past 2^53-1 is no cursor of ours (ours grow by at most 180 a request from the
+    interval): it counts as none, and thousands of digits are no server error either."""
     now = ds.CURSOR_EPOCH + 20 * 1000
     assert ds.cursor(now, theirs, 3600) == "1000"
 
