@@ -38,8 +38,19 @@ CURSOR_INTERVAL = 20
 CURSOR_EPOCH = 1728432000
 
 _DIGITS = re.compile(r"0|[1-9][0-9]*")
+#: At most 16 digits: enough for 2^53-1, and short enough that ``int`` never refuses the text.
+_SAFE_DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
 _OFFSET = re.compile(rf"0{{{OFFSET_DIGITS}}}_([0-9]{{{OFFSET_DIGITS}}})")
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _safe_int(text: str) -> int | None:
+    """A whole number in plain decimal (no sign, no leading zero) from 0 to 2^53-1, or None:
+    the protocol's integers are JavaScript numbers, and a store column holds any of these."""
+    if _SAFE_DIGITS.fullmatch(text) is None:
+        return None
+    number = int(text)
+    return number if number <= MAX_SAFE else None
 
 
 def offset(position: int) -> str:
@@ -71,7 +82,7 @@ def parse_offset(text: str | None, tail: int) -> int | Literal["now"]:
 
 def media_type(content_type: str | None) -> str:
     """The media type of a ``Content-Type`` (no parameters), lower case; ``""`` when absent."""
-    return (content_type or "").split(";", 1)[0].strip().lower()
+    return (content_type or "").partition(";")[0].strip().lower()
 
 
 def is_json(content_type: str) -> bool:
@@ -92,9 +103,10 @@ def flag(value: str | None) -> bool:
 def parse_ttl(value: str | None) -> int | None:
     if value is None:
         return None
-    if not _DIGITS.fullmatch(value):
-        raise DsRefusal("invalid", f"Stream-TTL {value!r} is not a whole number of seconds")
-    return int(value)
+    seconds = _safe_int(value)
+    if seconds is None:
+        raise DsRefusal("invalid", f"Stream-TTL {value!r} is not a whole number of seconds up to 2^53-1")
+    return seconds
 
 
 def parse_expires_at(value: str | None) -> float | None:
@@ -104,7 +116,8 @@ def parse_expires_at(value: str | None) -> float | None:
     if not _RFC3339.fullmatch(text):
         raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not an RFC 3339 time")
     try:
-        return datetime.fromisoformat(text.upper().replace(" ", "T")).timestamp()
+        # Python reads any one character between date and time, but only an upper-case Z.
+        return datetime.fromisoformat(text.upper()).timestamp()
     except ValueError:
         raise DsRefusal("invalid", f"Stream-Expires-At {value!r} is not a valid time") from None
 
@@ -123,19 +136,18 @@ class Producer:
 
 def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Producer | None:
     """The three producer headers, all or none (400 otherwise)."""
-    given = [value is not None for value in (pid, epoch, seq)]
-    if not any(given):
-        return None
-    if not all(given):
+    if pid is None or epoch is None or seq is None:
+        if pid is None and epoch is None and seq is None:
+            return None
         raise DsRefusal("invalid", "Producer-Id, Producer-Epoch and Producer-Seq go together")
-    assert pid is not None and epoch is not None and seq is not None
     if not pid.strip():
         raise DsRefusal("invalid", "Producer-Id is empty")
     numbers = []
     for name, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
-        if not _DIGITS.fullmatch(value.strip()) or int(value) > MAX_SAFE:
+        number = _safe_int(value.strip())
+        if number is None:
             raise DsRefusal("invalid", f"{name} {value!r} is not an integer from 0 to 2^53-1")
-        numbers.append(int(value))
+        numbers.append(number)
     return Producer(pid, numbers[0], numbers[1])
 
 
@@ -181,8 +193,8 @@ def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
     try:
-        text = body.decode("utf-8")
-        start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+        text = body.decode()
+        start = _SPACE.match(text).end()  # type: ignore[union-attr]
         if text.startswith("[", start):
             messages: list[bytes] = []
             at = _SPACE.match(text, start + 1).end()  # type: ignore[union-attr]
@@ -234,21 +246,21 @@ def body_of(entries: list[bytes], content_type: str) -> bytes:
 def sse_data(entries: list[bytes], content_type: str) -> str:
     """Entries as one SSE ``data`` event's text (base64 for a binary stream)."""
     if sse_base64(content_type):
-        return base64.b64encode(b"".join(entries)).decode("ascii")
-    return body_of(entries, content_type).decode("utf-8", errors="replace")
+        return base64.b64encode(b"".join(entries)).decode()
+    return body_of(entries, content_type).decode(errors="replace")
 
 
 def cursor(now: float, client_cursor: str | None, jitter: int) -> str:
     """The ``Stream-Cursor`` for a live answer: the interval number, past the client's own.
 
     ``jitter`` (1 to 3600 seconds, chosen by the caller) moves it on when the client's cursor is
-    already this interval's or later, so a cached answer cannot come back round.
+    already this interval's or later, so a cached answer cannot come back round. A client's
+    cursor that is not a number up to 2^53-1 is none this server handed out, and counts as none.
     """
     interval = int((now - CURSOR_EPOCH) // CURSOR_INTERVAL)
-    if client_cursor is not None and _DIGITS.fullmatch(client_cursor):
-        theirs = int(client_cursor)
-        if theirs >= interval:
-            return str(theirs + max(1, jitter // CURSOR_INTERVAL))
+    theirs = None if client_cursor is None else _safe_int(client_cursor)
+    if theirs is not None and theirs >= interval:
+        return str(theirs + max(1, jitter // CURSOR_INTERVAL))
     return str(interval)
 
 
