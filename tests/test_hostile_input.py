@@ -293,6 +293,19 @@ def test_numbers_that_parse_but_do_not_fit_are_refused(api: httpx.Client, sentin
     assert ended.json()["output"] == [{"type": "text", "text": "done"}]
 
 
+def test_durable_stream_fork_offsets_past_any_integer_are_refused(api: httpx.Client, sentinel: str) -> None:
+    """A fork's Stream-Fork-Sub-Offset of thousands of digits, or past what a store column holds,
+    is a 400 like any other malformed header, not a server error; no stream is made."""
+    assert api.put("/ds/hostile/source", headers={"Content-Type": "text/plain"}, content=b"abc").status_code == 201
+    for sub_offset in ("9" * 5000, str(2**63), str(2**53)):
+        forked = api.put("/ds/hostile/fork", headers={
+            "Content-Type": "text/plain", "Stream-Forked-From": "/ds/hostile/source",
+            "Stream-Fork-Offset": "0000000000000000_0000000000000000", "Stream-Fork-Sub-Offset": sub_offset})
+        assert forked.status_code == 400, forked.text
+        assert forked.headers["content-type"].startswith(PROBLEM_JSON)
+    assert api.head("/ds/hostile/fork").status_code == 404
+
+
 def test_deeply_nested_json_is_refused(api: httpx.Client, sentinel: str) -> None:
     """100k '[' is malformed (400); nesting the service could read but not write back is refused too (400)."""
     run_id = create_run(api)

@@ -210,6 +210,24 @@ def test_a_ttl_too_large_to_keep_is_a_bad_request(value: str) -> None:
     assert str(refusal) == f"Stream-TTL {value!r} is not a whole number of seconds up to 2^53-1"
 
 
+def test_a_fork_without_a_sub_offset_starts_at_the_message_boundary() -> None:
+    assert ds.parse_sub_offset(None) == 0
+
+
+@given(number=st.integers(min_value=0, max_value=ds.MAX_SAFE))
+def test_a_sub_offset_in_plain_decimal_is_that_number(number: int) -> None:
+    assert ds.parse_sub_offset(str(number)) == number
+    assert ds.parse_sub_offset(f" {number} ") == number  # header whitespace is not part of the value
+
+
+@pytest.mark.parametrize("value", ["-1", "+3", "03", "1.5", "", "x", str(2**53), str(2**63), "9" * 5000])
+def test_any_other_sub_offset_is_refused_naming_it(value: str) -> None:
+    """Past 2^53-1 it addresses no message and fits no store column: a bad request, not a server error."""
+    refusal = refused(ds.parse_sub_offset, value)
+    assert refusal.reason == "invalid"
+    assert str(refusal) == f"Stream-Fork-Sub-Offset {value!r} is not a whole number up to 2^53-1"
+
+
 def test_no_expiry_header_is_no_expiry() -> None:
     """A stream created without ``Stream-Expires-At`` has no absolute expiry."""
     assert ds.parse_expires_at(None) is None

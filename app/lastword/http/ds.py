@@ -161,8 +161,7 @@ async def _create(request: Request, name: str) -> Response:
     sub_offset = headers.get("stream-fork-sub-offset")
     if forked_from is None and (headers.get("stream-fork-offset") is not None or sub_offset is not None):
         raise DsRefusal("invalid", "Stream-Fork-Offset needs Stream-Forked-From")
-    if sub_offset is not None and not ds._DIGITS.fullmatch(sub_offset.strip()):
-        raise DsRefusal("invalid", f"Stream-Fork-Sub-Offset {sub_offset!r} is not a non-negative integer")
+    fork_sub_offset = ds.parse_sub_offset(sub_offset)
     if forked_from is not None:
         forked_from = forked_from.strip()
         if forked_from.startswith("/ds/"):
@@ -174,7 +173,7 @@ async def _create(request: Request, name: str) -> Response:
         path=name, content_type=content_type.strip() if content_type else None, ttl=ttl,
         expires_at=expires_at.strip() if expires_at else None, expires_epoch=expires_epoch,
         closed=ds.flag(headers.get("stream-closed")), body=body, fork_of=forked_from,
-        fork_offset=headers.get("stream-fork-offset"), fork_sub_offset=int(sub_offset) if sub_offset else 0,
+        fork_offset=headers.get("stream-fork-offset"), fork_sub_offset=fork_sub_offset,
     ))
     state = outcome.state
     answer = _stream_headers(Slice(state, state.tail, []))

@@ -37,7 +37,6 @@ MAX_SAFE = 2**53 - 1
 CURSOR_INTERVAL = 20
 CURSOR_EPOCH = 1728432000
 
-_DIGITS = re.compile(r"0|[1-9][0-9]*")
 #: At most 16 digits: enough for 2^53-1, and short enough that ``int`` never refuses the text.
 _SAFE_DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
 _OFFSET = re.compile(rf"0{{{OFFSET_DIGITS}}}_([0-9]{{{OFFSET_DIGITS}}})")
@@ -107,6 +106,17 @@ def parse_ttl(value: str | None) -> int | None:
     if seconds is None:
         raise DsRefusal("invalid", f"Stream-TTL {value!r} is not a whole number of seconds up to 2^53-1")
     return seconds
+
+
+def parse_sub_offset(value: str | None) -> int:
+    """A fork's ``Stream-Fork-Sub-Offset``: 0 when absent, else a whole number up to 2^53-1
+    (a larger one could address no message and would not fit the store's columns)."""
+    if value is None:
+        return 0
+    number = _safe_int(value.strip())
+    if number is None:
+        raise DsRefusal("invalid", f"Stream-Fork-Sub-Offset {value!r} is not a whole number up to 2^53-1")
+    return number
 
 
 def parse_expires_at(value: str | None) -> float | None:
