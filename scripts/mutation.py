@@ -37,7 +37,7 @@ WORK = ROOT / "build" / "mutation"
 EQUIVALENTS = ROOT / "docs" / "MUTATION.md"
 
 DEFAULT_MODULES = ["rules/fold", "rules/tool_result", "rules/stop_reasons", "rules/events", "rules/transcript",
-                   "rules/exact_ints", "rules/ds"]
+                   "rules/exact_ints", "rules/ds", "rules/ids", "rules/lifecycle"]
 #: The fast unit tests of the rule modules: pure, no server, no database.
 DEFAULT_TESTS = [
     "tests/test_fold.py",
@@ -49,6 +49,8 @@ DEFAULT_TESTS = [
     "tests/test_event_validation.py",
     "tests/test_exact_ints.py",
     "tests/test_rules_ds.py",
+    "tests/test_ids.py",
+    "tests/test_lifecycle.py",
 ]
 
 # mutmut's exit codes of a mutant's test run (mutmut/stats.py).

@@ -21,13 +21,11 @@ def new_run_id(now: float | None = None) -> str:
     """
     global _last_id
     millis = int((time.time() if now is None else now) * 1000)
-    value = (millis << 80) | int.from_bytes(os.urandom(10), "big")
+    value = (millis << 80) | int.from_bytes(os.urandom(10))
     with _last_id_lock:
         # Two ids in one millisecond (or after the clock stepped back) would sort at random:
         # step past the last one instead, as monotonic ULIDs do.
-        if value <= _last_id:
-            value = _last_id + 1
-        _last_id = value
+        value = _last_id = max(value, _last_id + 1)
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])
