@@ -94,6 +94,11 @@ class Node:
     def api(self) -> str:
         return f"http://{self.address}:{self.api_port}"
 
+    @property
+    def dsn(self) -> str:
+        """This node's PostgreSQL alone (a test's own look at it, whatever its role)."""
+        return f"postgresql://postgres:{PASSWORD}@{self.address}:{self.pg_port}/postgres"
+
     def role(self) -> str | None:
         """``primary``, ``replica``, or None when its Patroni does not answer."""
         try:
@@ -233,9 +238,8 @@ class PatroniCluster:
         streams from a primary."""
         if node.role() != "replica":
             return False
-        url = f"postgresql://postgres:{PASSWORD}@{node.address}:{node.pg_port}/postgres"
         try:
-            with psycopg.connect(url, connect_timeout=2, autocommit=True) as connection:
+            with psycopg.connect(node.dsn, connect_timeout=2, autocommit=True) as connection:
                 row = connection.execute(
                     "SELECT pg_is_in_recovery(), (SELECT status FROM pg_stat_wal_receiver)").fetchone()
         except psycopg.Error:

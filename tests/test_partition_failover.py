@@ -10,7 +10,10 @@ written WAL of its own no standby has. A new primary must be elected, both repli
 by themselves and go on acknowledging writes, answering 503 ``store_unavailable`` with
 ``Retry-After`` (never 500) while they cannot. Once the links are healed the old primary rejoins as
 a standby, and the log holds every acknowledged event once, in each writer's order, and nothing
-else but at most each writer's last event in flight when the writers stopped.
+else but at most each writer's last event in flight when the writers stopped. The test also
+commits a row of its own on the old primary once it is cut off (``synchronous_commit = local``,
+over the test's own link to it): WAL no other node has, seen there before the heal and gone from
+every node after it (Patroni rewinds the old primary with pg_rewind).
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from tests import netns
 from tests.conftest import require
 from tests.failover_writers import Writers, out_of_order, pause_after
 from tests.netns import Host, Network
-from tests.patroni_cluster import PatroniCluster, patroni_cluster
+from tests.patroni_cluster import Node, PatroniCluster, patroni_cluster
 from tests.patroni_cluster import available as patroni_available
 from tests.polling import wait_until
 from tests.test_failover import whole_log
@@ -77,6 +81,15 @@ def acknowledged_through_each(writers: Writers, urls: list[str], since: int, cou
     return all(by.count(url) >= count for url in urls)
 
 
+def notes(node: Node) -> list[str] | None:
+    """The marker rows on ``node``'s PostgreSQL, or None while it does not answer."""
+    try:
+        with psycopg.connect(node.dsn, connect_timeout=2) as connection:
+            return [note for (note,) in connection.execute("SELECT note FROM partition_marker ORDER BY note")]
+    except psycopg.Error:
+        return None
+
+
 def in_flight_at_the_end(acknowledged: list[str]) -> set[str]:
     """Each writer's next event after its last acknowledged one: sent, perhaps stored, when the
     writers stopped, and never acknowledged."""
@@ -110,7 +123,14 @@ def test_a_primary_cut_off_from_everything_under_load_loses_nothing_acknowledged
             wait_until(lambda: writers.count() >= BEFORE, f"{BEFORE} events acknowledged", within=60)
             old = cluster.primary()
             assert old is not None
-            cut = network.isolate(old.host)
+            with psycopg.connect(old.dsn, autocommit=True) as marker:
+                marker.execute("CREATE TABLE partition_marker (note text)")
+                marker.execute("INSERT INTO partition_marker VALUES ('before')")  # on a standby too
+                marker.execute("SET synchronous_commit = local")
+                cut = network.isolate(old.host)
+                # A commit of the old primary's own while cut off (the test still reaches it), not
+                # waiting for a standby: WAL no other node has, which must not survive the rejoin.
+                marker.execute("INSERT INTO partition_marker VALUES ('isolated')")
             cut_at, at_cut = time.monotonic(), writers.count()
             new = cluster.wait_for_new_primary(old, within=120)
             elected = writers.count()
@@ -118,6 +138,9 @@ def test_a_primary_cut_off_from_everything_under_load_loses_nothing_acknowledged
                        lambda: f"{AFTER} events acknowledged through each replica after {new.name} was elected "
                                f"(answers {dict(writers.answers)}, 503 codes {dict(writers.codes)})", within=120)
             pause = pause_after(writers.acknowledged_at, cut_at)
+            # Demoted by its Patroni (etcd out of reach) but still holding its own commit.
+            assert wait_until(lambda: notes(old), f"{old.name} readable while cut off", within=60) == [
+                "before", "isolated"]
             for link in cut:
                 link.heal()
             healed = writers.count()
@@ -137,6 +160,7 @@ def test_a_primary_cut_off_from_everything_under_load_loses_nothing_acknowledged
         assert writers.answers[503] > 0, "no write was refused while no primary could be reached"
         assert set(writers.codes) == {"store_unavailable"}, writers.codes
         assert cluster.primary() is new
+        assert notes(new) == ["before"] and notes(old) == ["before"], "the old primary's own commit survived"
         for url in urls:
             wait_until(lambda: ready(url), f"{url} ready", within=60)
         logged = whole_log(url_b, run_id)
