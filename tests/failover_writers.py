@@ -20,7 +20,12 @@ class Writers:
         self.run_id = run_id
         self.acknowledged: list[str] = []
         self.acknowledged_at: list[float] = []
+        #: The replica (its URL) that acknowledged each event, in the order of ``acknowledged``.
+        self.acknowledged_by: list[str] = []
         self.answers: Counter[int] = Counter()
+        #: The ``code`` of each 503's problem body; and requests that got no answer at all.
+        self.codes: Counter[str] = Counter()
+        self.unanswered: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -44,7 +49,9 @@ class Writers:
                 while not self.stop.is_set():
                     try:
                         response = client.post(url, json=body)
-                    except httpx.TransportError:
+                    except httpx.TransportError as error:
+                        with self.lock:
+                            self.unanswered[type(error).__name__] += 1
                         continue  # the replica's connection died with the request: send it again
                     with self.lock:
                         self.answers[response.status_code] += 1
@@ -52,7 +59,11 @@ class Writers:
                         with self.lock:
                             self.acknowledged.append(event_id)
                             self.acknowledged_at.append(time.monotonic())
+                            self.acknowledged_by.append(self.urls[sequence % len(self.urls)])
                         break
+                    if response.status_code == 503:
+                        with self.lock:
+                            self.codes[_code(response)] += 1
                     if response.status_code != 503 or "retry-after" not in response.headers:
                         with self.lock:
                             self.unexpected.append(f"{response.status_code} {response.text[:300]}")
@@ -63,6 +74,13 @@ class Writers:
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=60)
+
+
+def _code(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("code"))
+    except ValueError:
+        return f"(not JSON) {response.text[:80]}"
 
 
 def out_of_order(logged_ids: list[str]) -> list[str]:

@@ -5,6 +5,12 @@ hosts (or a host and this machine's own namespace) with a veth pair on a /30 of 
 (10.213.N.0/30: addresses that exist only inside the namespaces this harness made), and
 :meth:`Link.cut` / :meth:`Link.heal` take the pair down and up: packets are then dropped, not
 refused, as a real partition drops them. Processes run inside a host with ``ip netns exec``.
+
+Each host also has an address of its own (10.214.0.N, on its loopback interface), the one a
+service advertises when several hosts must reach it (a Patroni node's ``connect_address``): every
+link carries a route to each end's own address, so a host reaches another's over their direct
+link, and over nothing else (no host forwards). :meth:`Network.isolate` cuts every link a host
+has to other hosts, a partition of that host; :meth:`Link.heal` puts the routes back.
 Everything made is removed by :meth:`Network.close`. Needs root and iproute2.
 """
 
@@ -20,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _SUBNETS = itertools.count(1)
+_OWN_ADDRESSES = itertools.count(1)
 
 
 def available() -> str | None:
@@ -41,6 +48,8 @@ class Host:
     """A network namespace; ``None`` as a host's name is this machine's own namespace."""
 
     name: str | None
+    #: The host's own address (on its loopback), reached over any of its links; None for this machine.
+    address: str | None = None
 
     def command(self, argv: list[str]) -> list[str]:
         """``argv`` run inside this host."""
@@ -52,6 +61,9 @@ class Link:
     """A veth pair between two hosts, each end with its address."""
 
     ends: tuple[tuple[Host, str, str], tuple[Host, str, str]]  # (host, interface, address)
+    #: (host, route) for each end's route to the other end's own address, put back by :meth:`heal`
+    #: (taking an interface down takes its routes with it).
+    routes: list[tuple[Host, list[str]]] = field(default_factory=list)
 
     def address(self, host: Host) -> str:
         """The address ``host`` has on this link (the one the other end reaches it by)."""
@@ -67,6 +79,15 @@ class Link:
     def heal(self) -> None:
         for host, interface, _ in self.ends:
             _ip("link", "set", interface, "up", namespace=host.name)
+        for host, route in self.routes:
+            _ip("route", "replace", *route, namespace=host.name)
+
+    def joins(self, host: Host) -> bool:
+        return any(end_host is host for end_host, _, _ in self.ends)
+
+    def to_this_machine(self) -> bool:
+        """Whether one end is this machine's own namespace (the test's view of a host)."""
+        return any(end_host.name is None for end_host, _, _ in self.ends)
 
 
 @dataclass
@@ -78,9 +99,11 @@ class Network:
     def host(self, name: str) -> Host:
         namespace = f"lw-{self.tag}-{name}"
         subprocess.run(["ip", "netns", "add", namespace], check=True, capture_output=True, timeout=30)
-        host = Host(namespace)
+        own = next(_OWN_ADDRESSES) % 250 + 1
+        host = Host(namespace, f"10.214.0.{own}")
         self.hosts.append(host)
         _ip("link", "set", "lo", "up", namespace=namespace)
+        _ip("addr", "add", f"{host.address}/32", "dev", "lo", namespace=namespace)
         return host
 
     def link(self, a: Host, b: Host) -> Link:
@@ -97,8 +120,21 @@ class Network:
             _ip("link", "set", interface, "up", namespace=host.name)
             ends.append((host, interface, address))
         link = Link((ends[0], ends[1]))
+        for (host, interface, _), (other, _, gateway) in ((ends[0], ends[1]), (ends[1], ends[0])):
+            if other.address is not None:
+                route = [f"{other.address}/32", "via", gateway, "dev", interface, "onlink"]
+                _ip("route", "replace", *route, namespace=host.name)
+                link.routes.append((host, route))
         self.links.append(link)
         return link
+
+    def isolate(self, host: Host) -> list[Link]:
+        """Cut every link between ``host`` and the other hosts (those to this machine, the
+        test's own view of it, stay up); the links cut, for :meth:`Link.heal`."""
+        cut = [link for link in self.links if link.joins(host) and not link.to_this_machine()]
+        for link in cut:
+            link.cut()
+        return cut
 
     def close(self) -> None:
         for link in self.links:

@@ -11,6 +11,12 @@ temporary folder owned by it.
 ``target_session_attrs=read-write``: libpq tries the hosts in turn and keeps the one that takes
 writes, so a client finds the new primary by itself after a failover. Timings are shortened
 (``ttl`` 10 s, ``loop_wait`` 1 s) so a failover takes seconds; every wait is bounded.
+
+Given a :class:`tests.netns.Network`, the cluster runs on hosts of its own instead: etcd and each
+node in a network namespace, at the host's own address, the nodes linked to each other and to
+etcd, and each host to this machine (the test's view: Patroni's REST API, etcd's health).
+:meth:`PatroniCluster.attach` links a client's host (a lastword replica's) to every node, and
+``network.isolate(node.host)`` partitions a node from all the others.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psycopg
+
+from tests.netns import Host, Network
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PASSWORD = "patroni-test"
@@ -78,34 +86,75 @@ class Node:
     config: Path
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    #: Where the node runs (this machine's own namespace on loopback) and the address it is reached by.
+    host: Host = field(default_factory=lambda: Host(None))
+    address: str = "127.0.0.1"
+
+    @property
+    def api(self) -> str:
+        return f"http://{self.address}:{self.api_port}"
+
+    @property
+    def dsn(self) -> str:
+        """This node's PostgreSQL alone (a test's own look at it, whatever its role)."""
+        return f"postgresql://postgres:{PASSWORD}@{self.address}:{self.pg_port}/postgres"
 
     def role(self) -> str | None:
         """``primary``, ``replica``, or None when its Patroni does not answer."""
         try:
-            answer = httpx.get(f"http://127.0.0.1:{self.api_port}/patroni", timeout=2).json()
+            answer = httpx.get(f"{self.api}/patroni", timeout=2).json()
         except (httpx.HTTPError, ValueError):
             return None
         role = answer.get("role")
         return "primary" if role in ("master", "primary") else role
 
     def streaming_ready(self) -> bool:
-        return httpx.get(f"http://127.0.0.1:{self.api_port}/health", timeout=2).status_code == 200
+        return httpx.get(f"{self.api}/health", timeout=2).status_code == 200
 
 
 class PatroniCluster:
     """etcd and three Patroni-managed PostgreSQL nodes; :meth:`url` is the multi-host URL."""
 
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(self, nodes: int = 3, network: Network | None = None, ttl: int = 10) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="lastword-patroni-"))
         os.chmod(self.root, 0o755)
         postgres = pwd.getpwnam("postgres")
         self._uid, self._gid = postgres.pw_uid, postgres.pw_gid
         os.chown(self.root, self._uid, self._gid)
-        ports = _free_ports(2 + 2 * nodes)
-        self.etcd_client, self.etcd_peer = ports[0], ports[1]
-        self.nodes = [Node(f"pg{i}", ports[2 + 2 * i], ports[3 + 2 * i], self.root / f"pg{i}.yml",
-                           self.root / f"pg{i}.log") for i in range(nodes)]
+        self.network = network
+        #: Seconds the leader key outlives its holder's last word: how soon a lost primary is replaced.
+        self.ttl = ttl
         self._etcd: subprocess.Popen[bytes] | None = None
+        if network is None:
+            ports = _free_ports(2 + 2 * nodes)
+            self.etcd_client, self.etcd_peer = ports[0], ports[1]
+            self.etcd_host, self.etcd_address = Host(None), "127.0.0.1"
+            self.nodes = [Node(f"pg{i}", ports[2 + 2 * i], ports[3 + 2 * i], self.root / f"pg{i}.yml",
+                               self.root / f"pg{i}.log") for i in range(nodes)]
+            return
+        # Hosts of their own: the same ports on every host, each host at its own address.
+        self.etcd_client, self.etcd_peer = 2379, 2380
+        self.etcd_host = network.host("etcd")
+        assert self.etcd_host.address is not None
+        self.etcd_address = self.etcd_host.address
+        self.nodes = []
+        for i in range(nodes):
+            host = network.host(f"pg{i}")
+            assert host.address is not None
+            self.nodes.append(Node(f"pg{i}", 5432, 8008, self.root / f"pg{i}.yml", self.root / f"pg{i}.log",
+                                   host=host, address=host.address))
+        network.link(Host(None), self.etcd_host)
+        for i, node in enumerate(self.nodes):
+            network.link(Host(None), node.host)
+            network.link(self.etcd_host, node.host)
+            for other in self.nodes[:i]:
+                network.link(other.host, node.host)
+
+    def attach(self, client: Host) -> None:
+        """Link ``client``'s host to every node (hosts of their own only)."""
+        assert self.network is not None, "attach() is for a cluster on hosts of its own"
+        for node in self.nodes:
+            self.network.link(node.host, client)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -124,15 +173,23 @@ class PatroniCluster:
         for node in self.nodes:
             self.kill(node)
         if self._etcd is not None and self._etcd.poll() is None:
-            self._etcd.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._etcd.pid, signal.SIGKILL)
             self._etcd.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def start_node(self, node: Node) -> None:
         log = open(node.log, "ab")  # noqa: SIM115 - the child keeps it
-        node.process = subprocess.Popen(["patroni", str(node.config)], stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=self.root, user=self._uid, group=self._gid, start_new_session=True,
-                                        env={"PATH": f"{PG_BIN}:/usr/bin:/bin", "HOME": str(self.root)})
+        env = {"PATH": f"{PG_BIN}:/usr/bin:/bin", "HOME": str(self.root)}
+        if node.host.name is None:
+            node.process = subprocess.Popen(["patroni", str(node.config)], stdout=log, stderr=subprocess.STDOUT,
+                                            cwd=self.root, user=self._uid, group=self._gid, start_new_session=True,
+                                            env=env)
+        else:  # entering the namespace needs root: the user changes inside it
+            node.process = subprocess.Popen(
+                node.host.command(["runuser", "-u", "postgres", "--", "env", *(f"{k}={v}" for k, v in env.items()),
+                                   "patroni", str(node.config)]),
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
         log.close()
 
     def kill(self, node: Node) -> None:
@@ -149,7 +206,7 @@ class PatroniCluster:
     # -- what a test asks --------------------------------------------------------------------
 
     def url(self, dbname: str = "postgres") -> str:
-        hosts = ",".join(f"127.0.0.1:{node.pg_port}" for node in self.nodes)
+        hosts = ",".join(f"{node.address}:{node.pg_port}" for node in self.nodes)
         return (f"postgresql://postgres:{PASSWORD}@{hosts}/{dbname}"
                 "?target_session_attrs=read-write&connect_timeout=2")
 
@@ -163,7 +220,7 @@ class PatroniCluster:
         # A node that came back (the kill test restarts its victim) is a synchronous standby only
         # once it has caught up; Patroni refuses a switchover with none.
         _wait(self._has_sync_standby, "a synchronous standby", 90)
-        answer = httpx.post(f"http://127.0.0.1:{old.api_port}/switchover", json={"leader": old.name}, timeout=30)
+        answer = httpx.post(f"{old.api}/switchover", json={"leader": old.name}, timeout=30)
         assert answer.status_code == 200, answer.text
 
     def wait_for_new_primary(self, old: Node, within: float = 90) -> Node:
@@ -176,11 +233,24 @@ class PatroniCluster:
         """Until the primary has a synchronous standby again (a restarted node has caught up)."""
         _wait(self._has_sync_standby, "a synchronous standby", within)
 
+    def streaming_standby(self, node: Node) -> bool:
+        """Whether ``node`` is a standby (to Patroni and to its PostgreSQL) whose WAL receiver
+        streams from a primary."""
+        if node.role() != "replica":
+            return False
+        try:
+            with psycopg.connect(node.dsn, connect_timeout=2, autocommit=True) as connection:
+                row = connection.execute(
+                    "SELECT pg_is_in_recovery(), (SELECT status FROM pg_stat_wal_receiver)").fetchone()
+        except psycopg.Error:
+            return False
+        return row == (True, "streaming")
+
     def _has_sync_standby(self) -> bool:
         primary = self.primary()
         if primary is None:
             return False
-        answer = httpx.get(f"http://127.0.0.1:{primary.api_port}/cluster", timeout=2).json()
+        answer = httpx.get(f"{primary.api}/cluster", timeout=2).json()
         return any(member.get("role") in ("sync_standby", "sync standby") for member in answer.get("members", []))
 
     # -- set-up ------------------------------------------------------------------------------
@@ -188,13 +258,14 @@ class PatroniCluster:
     def _start_etcd(self) -> None:
         data = self.root / "etcd"
         log = open(self.root / "etcd.log", "ab")  # noqa: SIM115 - the child keeps it
-        peer = f"http://127.0.0.1:{self.etcd_peer}"
-        client = f"http://127.0.0.1:{self.etcd_client}"
+        peer = f"http://{self.etcd_address}:{self.etcd_peer}"
+        client = f"http://{self.etcd_address}:{self.etcd_client}"
         self._etcd = subprocess.Popen(
-            ["etcd", "--name", "e0", "--data-dir", str(data), "--listen-client-urls", client,
-             "--advertise-client-urls", client, "--listen-peer-urls", peer,
-             "--initial-advertise-peer-urls", peer, "--initial-cluster", f"e0={peer}",
-             "--initial-cluster-state", "new"],
+            self.etcd_host.command(
+                ["etcd", "--name", "e0", "--data-dir", str(data), "--listen-client-urls", client,
+                 "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                 "--initial-advertise-peer-urls", peer, "--initial-cluster", f"e0={peer}",
+                 "--initial-cluster-state", "new"]),
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         _wait(lambda: httpx.get(f"{client}/health", timeout=2).status_code == 200, "etcd", 30)
@@ -203,17 +274,21 @@ class PatroniCluster:
         data = self.root / node.name / "data"
         data.parent.mkdir()
         os.chown(data.parent, self._uid, self._gid)
+        # On hosts of their own, peers and clients come from the links' addresses (10.213/16) to
+        # the hosts' own (10.214/16); Patroni's own connections come over loopback.
+        listen = "127.0.0.1" if node.host.name is None else f"127.0.0.1,{node.address}"
+        clients = "127.0.0.1/32" if node.host.name is None else "0.0.0.0/0"
         config = f"""\
 scope: lastword-test
 name: {node.name}
 restapi:
-  listen: 127.0.0.1:{node.api_port}
-  connect_address: 127.0.0.1:{node.api_port}
+  listen: {node.address}:{node.api_port}
+  connect_address: {node.address}:{node.api_port}
 etcd3:
-  hosts: 127.0.0.1:{self.etcd_client}
+  hosts: {self.etcd_address}:{self.etcd_client}
 bootstrap:
   dcs:
-    ttl: 10
+    ttl: {self.ttl}
     loop_wait: 1
     retry_timeout: 3
     maximum_lag_on_failover: 1048576
@@ -231,11 +306,11 @@ bootstrap:
     - encoding: UTF8
     - data-checksums
   pg_hba:
-    - host replication replicator 127.0.0.1/32 md5
-    - host all all 127.0.0.1/32 md5
+    - host replication replicator {clients} md5
+    - host all all {clients} md5
 postgresql:
-  listen: 127.0.0.1:{node.pg_port}
-  connect_address: 127.0.0.1:{node.pg_port}
+  listen: {listen}:{node.pg_port}
+  connect_address: {node.address}:{node.pg_port}
   data_dir: {data}
   bin_dir: {PG_BIN}
   pgpass: {self.root / node.name / "pgpass"}
@@ -258,8 +333,9 @@ tags:
 
 
 @contextlib.contextmanager
-def patroni_cluster() -> Iterator[PatroniCluster]:
-    cluster = PatroniCluster()
+def patroni_cluster(network: Network | None = None, ttl: int = 10) -> Iterator[PatroniCluster]:
+    """A running cluster, on loopback or (given ``network``) on hosts of its own; stopped after."""
+    cluster = PatroniCluster(network=network, ttl=ttl)
     try:
         yield cluster.start()
     finally:
