@@ -123,6 +123,8 @@ class Producer:
 
 def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Producer | None:
     """The three producer headers, all or none (400 otherwise)."""
+    if pid is None and epoch is None and seq is None:
+        return None
     given = [value is not None for value in (pid, epoch, seq)]
     if not any(given):
         return None
