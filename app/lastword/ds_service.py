@@ -146,6 +146,8 @@ class StreamService:
         """``request`` with a JSON-mode body split into its messages here, not in the store's
         write transaction, where every other writer would wait for the parse."""
         if not request.body or not ds.is_json(request.content_type or ""):
+            if request.max_messages == self.max_json_messages:
+                return request
             return replace(request, max_messages=self.max_json_messages)
         if len(request.body) < SPLIT_IN_THREAD_BYTES:
             split = ds.split_json(request.body, self.max_json_messages)

@@ -9,6 +9,7 @@ beyond its MCP mount, and serves ``app.state.core``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import time
@@ -20,8 +21,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lastword import __version__
 from lastword.errors import (
@@ -41,6 +45,7 @@ from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
 from lastword.http.docs_pages import router as docs_router
+from lastword.http import ds as ds_face
 from lastword.http.ds import route as ds_route
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
@@ -136,6 +141,58 @@ class _QuietRefusal(logging.Filter):
 _QUIET_REFUSAL = _QuietRefusal()
 
 
+class App(FastAPI):
+    """FastAPI, with a short way in for a Durable Streams append (``POST /ds/…``, once per
+    message of a token stream).
+
+    FastAPI runs every request through its own layers (the server error middleware, its
+    telemetry and body-limit middlewares, the exception middleware, an exit stack, the router,
+    the route's request/response wrapper) around ours. An append goes through the server error
+    middleware and the same middlewares of ours (:meth:`add_middleware`, in the same order) to
+    :func:`lastword.http.ds.serve`, which runs the route with the app's exception handlers. So
+    it is logged, checked for its origin and token, and refused or failed with the same answers;
+    what it skips does nothing for it: FastAPI's telemetry is off (when it is on, every request
+    takes FastAPI's way), no body limit of FastAPI's is set, no dependency is solved.
+    """
+
+    #: The way in for an append (None: FastAPI's for every request), built with the middleware stack.
+    _direct: ASGIApp | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        # FastAPI's telemetry is asked about once, here (the lifespan's start, before any
+        # request), not per request, where it was a tenth of an append's time in the app: a
+        # global OpenTelemetry provider is set before the app runs (by the SDK's instrumentation
+        # or the code that starts it), and cannot be replaced once set.
+        if self.root_path or self.max_body_size is not None or self._native_telemetry.enabled():
+            self._direct = None
+            return stack
+        server_error = None
+        handlers: dict[Any, Any] = {}
+        for key, value in self.exception_handlers.items():
+            if key in (500, Exception):
+                server_error = value
+            else:
+                handlers[key] = value
+        direct: ASGIApp = functools.partial(ds_face.serve, handlers=handlers)
+        for cls, args, kwargs in reversed(self.user_middleware):
+            direct = cls(direct, *args, **kwargs)
+        self._direct = ServerErrorMiddleware(direct, handler=server_error, debug=self.debug)
+        return stack
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and ds_face.direct(scope) and MAX_BODY_SIZE_SCOPE_KEY not in scope
+                and "fastapi.telemetry" not in scope):
+            if self.middleware_stack is None:
+                self.middleware_stack = self.build_middleware_stack()
+            if self._direct is not None:
+                scope["app"] = self
+                scope.setdefault("router", self.router)
+                await self._direct(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
                core: Core | None = None) -> FastAPI:
     """The app for ``settings``. Its lifespan opens the core (:func:`lastword.core.open_core`)
@@ -162,7 +219,7 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
             opened.push_async_callback(app.state.mcp.close)  # before the core: its sessions use it
             yield
 
-    app = FastAPI(
+    app = App(
         title="lastword",
         version=__version__,
         description="Keeps a subagent's last word: one selection rule, served over REST and SSE. "

@@ -16,7 +16,9 @@ without reading the stream and leaves a sliding TTL alone, which a GET would not
 The route is a plain Starlette :class:`~starlette.routing.Route`, not a FastAPI one, and the app
 puts it ahead of every other route: it reads its headers and body itself and has no
 dependencies, so FastAPI's dependency solving is pure cost on a path a token stream hits once
-per message, as is matching the request against every ``/v1`` route first.
+per message, as is matching the request against every ``/v1`` route first. An append (``POST``)
+goes shorter still: the app hands it to :func:`serve` past FastAPI's own layers
+(:class:`lastword.main.App`), and it is answered with raw headers (:class:`_Answer`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any
 
-from starlette.requests import Request
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from lastword.ds_service import StreamService, run_id_of
 from lastword.errors import DsReason, DsRefusal, LastwordError, PayloadTooLarge, RunEnded, problem_json
@@ -38,6 +44,8 @@ from lastword.rules.ds import AppendRequest, CreateRequest, Slice
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "cross-origin"}
+#: ``SECURITY`` as a response's raw headers.
+_SECURITY_RAW = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in SECURITY.items()]
 #: Catch-up reads of a stream's past do not change; the tail and live answers do.
 CACHEABLE = "private, max-age=60, stale-while-revalidate=300"
 ALLOWED_HEADERS = ("Content-Type, Authorization, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Closed, "
@@ -108,19 +116,43 @@ def _stream_headers(found: Slice, *, content_type: bool = True) -> dict[str, str
     return headers
 
 
-async def _body(request: Request) -> bytes:
+def _header_values(request: Request) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name, each the first of its name, as
+    :class:`~starlette.datastructures.Headers` answers them: one pass, not one per header asked."""
+    return dict(reversed(request.scope["headers"]))
+
+
+def _text(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
+async def _body(request: Request, declared: str | None) -> bytes:
+    """The request's body (``declared``: its ``Content-Length``), refused past
+    ``LASTWORD_MAX_BODY_BYTES``. Read from the ASGI messages as :meth:`Request.stream` reads them
+    (a disconnect is :class:`ClientDisconnect`), without its generator: a token stream sends one
+    small body per message."""
     limit: int = request.app.state.settings.max_body_bytes
-    declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is over the {limit}-byte limit")
+    receive = request.receive
     pieces: list[bytes] = []
     size = 0
-    async for piece in request.stream():
-        size += len(piece)
-        if size > limit:
-            raise PayloadTooLarge(f"the body is over the {limit}-byte limit")
-        pieces.append(piece)
-    return b"".join(pieces)
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            piece: bytes = message.get("body", b"")
+            if piece:
+                size += len(piece)
+                if size > limit:
+                    raise PayloadTooLarge(f"the body is over the {limit}-byte limit")
+                pieces.append(piece)
+            if not message.get("more_body", False):
+                break
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _name(path: str) -> str:
@@ -168,7 +200,7 @@ async def _create(request: Request, name: str) -> Response:
             forked_from = forked_from[3:]
         forked_from = _name(forked_from)
     content_type = headers.get("content-type")
-    body = await _body(request)
+    body = await _body(request, headers.get("content-length"))
     outcome = await streams_of(request).create(CreateRequest(
         path=name, content_type=content_type.strip() if content_type else None, ttl=ttl,
         expires_at=expires_at.strip() if expires_at else None, expires_epoch=expires_epoch,
@@ -184,23 +216,39 @@ async def _create(request: Request, name: str) -> Response:
     return Response(status_code=201 if outcome.created else 200, headers=answer)
 
 
+class _Answer(Response):
+    """A response with no body whose raw headers are built by the caller: what an append
+    answers, once per message of a token stream (a :class:`Response` builds them from a dict)."""
+
+    def __init__(self, status_code: int, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status_code
+        self.body = b""
+        self.background: BackgroundTask | None = None
+        self.raw_headers = raw_headers
+
+
 async def _append(request: Request, name: str) -> Response:
-    headers = request.headers
-    producer = ds.parse_producer(headers.get("producer-id"), headers.get("producer-epoch"),
-                                 headers.get("producer-seq"))
-    body = await _body(request)
-    outcome = await streams_of(request).append(AppendRequest(
-        path=name, content_type=headers.get("content-type"), body=body,
-        close=ds.flag(headers.get("stream-closed")), producer=producer, stream_seq=headers.get("stream-seq"),
+    headers = _header_values(request)
+    producer = ds.parse_producer(_text(headers, b"producer-id"), _text(headers, b"producer-epoch"),
+                                 _text(headers, b"producer-seq"))
+    body = await _body(request, _text(headers, b"content-length"))
+    service = streams_of(request)
+    outcome = await service.append(AppendRequest(
+        path=name, content_type=_text(headers, b"content-type"), body=body,
+        close=ds.flag(_text(headers, b"stream-closed")), producer=producer, stream_seq=_text(headers, b"stream-seq"),
+        max_messages=service.max_json_messages,
     ))
-    answer = dict(SECURITY)
-    answer["Stream-Next-Offset"] = ds.offset(outcome.state.tail)
+    answer = [*_SECURITY_RAW, (b"stream-next-offset", ds.offset(outcome.state.tail).encode())]
     if outcome.state.closed:
-        answer["Stream-Closed"] = "true"
+        answer.append((b"stream-closed", b"true"))
     if outcome.producer is not None:
-        answer["Producer-Epoch"], answer["Producer-Seq"] = (str(n) for n in outcome.producer)
-    # The protocol's 200 acknowledges a producer's stored append; anything else is 204.
-    return Response(status_code=200 if outcome.producer is not None and outcome.stored else 204, headers=answer)
+        epoch, seq = outcome.producer
+        answer += [(b"producer-epoch", str(epoch).encode()), (b"producer-seq", str(seq).encode())]
+        if outcome.stored:
+            # The protocol's 200 acknowledges a producer's stored append; anything else is 204.
+            answer.append((b"content-length", b"0"))
+            return _Answer(200, answer)
+    return _Answer(204, answer)
 
 
 def _head(found: Slice) -> Response:
@@ -263,6 +311,44 @@ async def _read(request: Request, name: str) -> Response:
 #: Out of the OpenAPI schema (``include_in_schema``): :mod:`lastword.http.ds_docs` describes it.
 route = Route("/ds/{path:path}", stream_route, methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
               include_in_schema=False)
+PREFIX = "/ds/"
+#: The methods :func:`serve` takes: each answered with a plain response (no stream, no body to
+#: send in pieces), which nothing can fail in the middle of.
+DIRECT_METHODS = frozenset({"POST"})
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+def direct(scope: Scope) -> bool:
+    """Whether :func:`serve` takes this request (``scope["type"]`` is ``http``): a method of
+    :data:`DIRECT_METHODS` on a path :data:`route` matches, with no ``root_path`` to strip."""
+    return (scope["method"] in DIRECT_METHODS and scope["path"].startswith(PREFIX) and not scope.get("root_path")
+            and route.path_regex.match(scope["path"]) is not None)
+
+
+async def serve(scope: Scope, receive: Receive, send: Send, handlers: Mapping[Any, Handler]) -> None:
+    """:data:`route` for a request under :data:`PREFIX` with a method of :data:`DIRECT_METHODS`,
+    run as the router runs it (its path parameter, ``scope["route"]`` and ``scope["endpoint"]``)
+    and with the app's exception handlers (``handlers``: those of ``ExceptionMiddleware``, not
+    the one for ``Exception``, which is the server error middleware's), as Starlette's
+    ``request_response`` runs them, but without the layers that cost an append more than its
+    own work (:mod:`lastword.main` sends it here)."""
+    scope["path_params"] = {"path": scope["path"][len(PREFIX):]}
+    scope["endpoint"] = stream_route
+    scope["route"] = route
+    request = Request(scope, receive, send)
+    try:
+        response = await stream_route(request)
+    except Exception as error:
+        handler = None
+        if isinstance(error, HTTPException):
+            handler = handlers.get(error.status_code)
+        if handler is None:
+            handler = next((handlers[kind] for kind in type(error).__mro__ if kind in handlers), None)
+        if handler is None:
+            raise
+        response = await handler(request, error)
+        error.__traceback__ = None
+    await response(scope, receive, send)
 
 
 def _control(found: Slice, service: StreamService, client_cursor: str | None) -> bytes:

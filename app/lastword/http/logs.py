@@ -103,9 +103,10 @@ class RequestLog:
         try:
             await self.app(scope, receive, tagged)
         finally:
-            access_log.info(
-                "%s %s %s", scope["method"], scope["path"], status,
-                extra={"method": scope["method"], "path": scope["path"], "status": status,
-                       "durationMs": round((time.perf_counter() - started) * 1000, 2)},
-            )
+            if access_log.isEnabledFor(logging.INFO):  # as info() asks, before the line's fields are made
+                access_log.info(
+                    "%s %s %s", scope["method"], scope["path"], status,
+                    extra={"method": scope["method"], "path": scope["path"], "status": status,
+                           "durationMs": round((time.perf_counter() - started) * 1000, 2)},
+                )
             request_id.reset(token)

@@ -97,8 +97,8 @@ class SameOriginWrites:
             return refused
         # Under /ds/ a stream's bytes are never parsed as JSON unless the stream says so, and the
         # protocol answers an undeclared append itself (400).
-        if _has_body(scope) and not (header(scope, b"content-type") or "").strip() \
-                and not scope["path"].startswith("/ds/"):
+        if not scope["path"].startswith("/ds/") and _has_body(scope) \
+                and not (header(scope, b"content-type") or "").strip():
             return UnsupportedMedia("a request body needs a Content-Type (application/json, application/x-ndjson, "
                                     "text/plain or the endpoint's own); an undeclared body is not read")
         return None

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+import orjson
+
 from lastword.errors import DsRefusal
 
 #: An offset's count is this many decimal digits, after the zero field.
@@ -195,6 +197,29 @@ _decoder = json.JSONDecoder(parse_constant=_no_constants)
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
+#: Brackets and braces a body may hold for :func:`_compact_array` (its nesting is at most that):
+#: well inside the depth :func:`parsed_messages` recurses to before it gives up.
+COMPACT_NESTING = 500
+
+
+def _compact_array(body: bytes, limit: int | None) -> list[bytes] | None:
+    """The messages of an array written compactly, as ``JSON.stringify`` and orjson write one (no
+    spaces, each value in its shortest form): orjson's text of each element, taken only when the
+    array written back from them is ``body`` byte for byte, so each is the exact text
+    :func:`parsed_messages` cuts out; None for any other body, which that parser then reads.
+    About five times faster for a token stream's batch of small objects."""
+    if body[:1] != b"[" or body.count(b"[") + body.count(b"{") > COMPACT_NESTING:
+        return None
+    try:
+        values = orjson.loads(body)
+        if not isinstance(values, list) or (limit is not None and len(values) > limit):
+            return None
+        messages = [orjson.dumps(value) for value in values]
+    except (orjson.JSONDecodeError, TypeError):  # not JSON as orjson reads it, or not written back
+        return None
+    return messages if b"[" + b",".join(messages) + b"]" == body else None
+
+
 def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     """A JSON mode body as its messages, each the exact text of one value.
 
@@ -202,6 +227,12 @@ def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     so is an array of more than ``limit`` messages, as soon as the one past it is read: a small
     body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
+    compact = _compact_array(body, limit)
+    return compact if compact is not None else parsed_messages(body, limit)
+
+
+def parsed_messages(body: bytes, limit: int | None) -> list[bytes]:
+    """:func:`json_messages` read by a parser that cuts each value's text out where it stands."""
     try:
         text = body.decode()
         start = _SPACE.match(text).end()  # type: ignore[union-attr]
