@@ -49,6 +49,7 @@ DEFAULT_TESTS = [
     "tests/test_event_validation.py",
     "tests/test_exact_ints.py",
     "tests/test_rules_ds.py",
+    "tests/test_ds_json_split.py",
     "tests/test_ids.py",
     "tests/test_lifecycle.py",
 ]

@@ -56,3 +56,33 @@ def test_a_deeply_nested_body_is_refused_as_the_parser_refuses_it() -> None:
     for depth in [400, 1500, 5000, *range(850, 1030, 5)]:  # the parser's own bound is near 1000
         body = b"[" * depth + b"]" * depth
         assert _messages(ds.json_messages, body) == _messages(lambda raw: ds.parsed_messages(raw, None), body)
+
+
+written_by_orjson = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
+
+
+@given(st.lists(written_by_orjson, max_size=LIMIT))
+def test_an_array_as_orjson_writes_it_is_cut_the_fast_way(array: list[Any]) -> None:
+    """The body a client writes with orjson or JSON.stringify (compact, shortest forms) is cut by
+    the fast way: each message is orjson's text of one element, the parser not needed."""
+    body = orjson.dumps(array)
+    assert ds.compact_messages(body, LIMIT) == [orjson.dumps(value) for value in array]
+    assert ds.compact_messages(body, None) == [orjson.dumps(value) for value in array]
+
+
+def test_the_fast_way_leaves_to_the_parser_what_it_cannot_take_whole() -> None:
+    """Spaces, a body that is no array, an array past the limit (the parser refuses it, naming the
+    limit) and more brackets and braces than COMPACT_NESTING all go to the parser; up to the
+    limit and up to the bound they do not."""
+    assert ds.compact_messages(b"[1,2]", 2) == [b"1", b"2"]
+    assert ds.compact_messages(b"[1,2,3]", 2) is None
+    assert ds.compact_messages(b"[1, 2]", None) is None
+    assert ds.compact_messages(b'{"a":1}', None) is None
+    assert ds.compact_messages(b" [1]", None) is None
+    for element in (b"[]", b"{}"):
+        most = b"[" + b",".join([element] * (ds.COMPACT_NESTING - 1)) + b"]"  # the bound, with the outer [
+        assert ds.compact_messages(most, None) == [element] * (ds.COMPACT_NESTING - 1)
+        assert ds.compact_messages(b"[" + b",".join([element] * ds.COMPACT_NESTING) + b"]", None) is None

@@ -197,12 +197,12 @@ _decoder = json.JSONDecoder(parse_constant=_no_constants)
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-#: Brackets and braces a body may hold for :func:`_compact_array` (its nesting is at most that):
+#: Brackets and braces a body may hold for :func:`compact_messages` (its nesting is at most that):
 #: well inside the depth :func:`parsed_messages` recurses to before it gives up.
 COMPACT_NESTING = 500
 
 
-def _compact_array(body: bytes, limit: int | None) -> list[bytes] | None:
+def compact_messages(body: bytes, limit: int | None) -> list[bytes] | None:
     """The messages of an array written compactly, as ``JSON.stringify`` and orjson write one (no
     spaces, each value in its shortest form): orjson's text of each element, taken only when the
     array written back from them is ``body`` byte for byte, so each is the exact text
@@ -227,7 +227,7 @@ def json_messages(body: bytes, *, limit: int | None = None) -> list[bytes]:
     so is an array of more than ``limit`` messages, as soon as the one past it is read: a small
     body of many tiny messages (``[0,0,…]``) must not become millions of rows.
     """
-    compact = _compact_array(body, limit)
+    compact = compact_messages(body, limit)
     return compact if compact is not None else parsed_messages(body, limit)
 
 
