@@ -18,9 +18,10 @@ worker — this one too — publishes in commit order. The notices say which run
 changed: without them a chunk committed to an unwatched run, or a ``/ds`` append, would leave
 the watcher no way to tell whom to wake but all of them.
 
-The watcher looks every :data:`WATCH_SECONDS`, and at once when this worker's own writes commit
-(:meth:`DataVersionFanout.committed`): another worker's commit reaches a subscriber here within
-that interval plus a read of the log. A notice is a few dozen bytes; the watchers keep the
+The watcher looks every :data:`WATCH_SECONDS` while commits come (every
+:data:`IDLE_WATCH_SECONDS` once it has seen none for a while, :class:`WatchPace`), and at once when
+this worker's own writes commit (:meth:`DataVersionFanout.committed`): another worker's commit
+reaches a subscriber here within that interval plus a read of the log. A notice is a few dozen bytes; the watchers keep the
 newest :data:`KEEP_NOTICES` and delete older ones. A watcher that finds the notices after its
 last one gone (it fell that far behind) or cannot read them resyncs the hub and wakes every
 reader: they read the log after their last ids, which loses nothing and sends nothing twice.
@@ -43,22 +44,47 @@ from lastword.store.sqlite.store import BUSY_SECONDS, SqliteStore
 
 log = logging.getLogger("lastword")
 
-#: How often the watcher looks whether another process committed.
+#: How often the watcher looks whether another process committed, while commits come...
 WATCH_SECONDS = 0.001
+#: ...and for how long after the last one it saw...
+HOT_SECONDS = 0.05
+#: ...after which the wait doubles up to this. Looking every millisecond for ever, two idle
+#: workers spent a tenth of a core (the look's thread takes the GIL a thousand times a second);
+#: an idle worker now looks 50 times a second, and the first commit of another worker after a
+#: quiet spell reaches a subscriber here up to this much later. Its own commits wake it at once.
+IDLE_WATCH_SECONDS = 0.02
 #: Notices kept in the file; older ones are deleted (a watcher this far behind resyncs).
 KEEP_NOTICES = 100_000
 #: Notices read at a time.
 READ_BATCH = 5_000
 
 
+class WatchPace:
+    """The wait before the watcher's next look: :data:`WATCH_SECONDS` while commits come, then,
+    once none has come for :data:`HOT_SECONDS`, doubling up to :data:`IDLE_WATCH_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._quiet = 0.0  # the waits since the last look that saw a commit
+        self._wait = WATCH_SECONDS
+
+    def next(self, *, changed: bool) -> float:
+        """The wait after a look; ``changed``: that look saw a commit."""
+        if changed:
+            self._quiet, self._wait = 0.0, WATCH_SECONDS
+            return self._wait
+        if self._quiet >= HOT_SECONDS:
+            self._wait = min(self._wait * 2, IDLE_WATCH_SECONDS)
+        self._quiet += self._wait
+        return self._wait
+
+
 class DataVersionListener(NoticeListener):
     """Hears the commits to the SQLite file at ``path`` from its notices table (see the module)."""
 
     def __init__(self, path: str, deliver: Deliver, resync: Callable[[], None], *,
-                 watch_seconds: float = WATCH_SECONDS, keep: int = KEEP_NOTICES) -> None:
+                 keep: int = KEEP_NOTICES) -> None:
         super().__init__(path, "commit_notices", deliver, resync)
         self.path = path
-        self.watch_seconds = watch_seconds
         self.keep = keep
         self._look = threading.Event()
         self._stop = threading.Event()
@@ -116,10 +142,12 @@ class DataVersionListener(NoticeListener):
         self.connected = True
         loop.call_soon_threadsafe(self._listening.set)
         deleted_below = 0
+        pace, wait = WatchPace(), WATCH_SECONDS
         while not self._stop.is_set():
-            self._look.wait(self.watch_seconds)
+            self._look.wait(wait)
             self._look.clear()
             now = connection.execute("PRAGMA data_version").fetchone()[0]
+            wait = pace.next(changed=now != version)
             if now == version:
                 continue
             version = now  # read before the notices: a commit after this read changes it again
