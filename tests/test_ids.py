@@ -35,10 +35,11 @@ def test_an_id_carries_the_millisecond_it_was_made_at() -> None:
     """Made later than any id before it, an id starts with its own time, so a listing by id reads
     in creation order across processes too (the random rest only breaks ties)."""
     later = millis_of(new_run_id()) + 1000  # a millisecond past every id made in this process
-    first, second = new_run_id((later + 0.5) / 1000), new_run_id((later + 2.5) / 1000)  # mid-millisecond: no float rounding to the one before
-    assert millis_of(first) == later
-    assert millis_of(second) == later + 2
-    assert first[10:] != second[10:]  # 80 random bits each
+    made = [new_run_id((later + 2 * n + 0.5) / 1000) for n in range(100)]  # mid-millisecond: no float rounding
+    # Each carries its own millisecond exactly, whatever its random part (a random part of more
+    # than 80 bits would spill into the time, and only one id in many would show it).
+    assert [millis_of(run_id) for run_id in made] == [later + 2 * n for n in range(100)]
+    assert len({run_id[10:] for run_id in made}) == 100  # 80 random bits each
 
 
 def test_the_clock_is_read_when_no_time_is_given() -> None:
