@@ -18,10 +18,13 @@ worker — this one too — publishes in commit order. The notices say which run
 changed: without them a chunk committed to an unwatched run, or a ``/ds`` append, would leave
 the watcher no way to tell whom to wake but all of them.
 
-The watcher looks every :data:`WATCH_SECONDS` while commits come (every
-:data:`IDLE_WATCH_SECONDS` once it has seen none for a while, :class:`WatchPace`), and at once when
-this worker's own writes commit (:meth:`DataVersionFanout.committed`): another worker's commit
-reaches a subscriber here within that interval plus a read of the log. A notice is a few dozen bytes; the watchers keep the
+The watcher looks every :data:`WATCH_SECONDS` while commits come, and at once when this worker's
+own writes commit (:meth:`DataVersionFanout.committed`). Once it has seen none for a while
+(:class:`WatchPace`) it waits for the kernel to say a file of the database was written
+(:class:`lastword.fanout.file_watch.FileWatch`), looking only every :data:`SAFETY_LOOK_SECONDS`
+otherwise; where the kernel cannot say, it looks every :data:`IDLE_WATCH_SECONDS`. Another
+worker's commit reaches a subscriber here within a millisecond while commits come, at its write
+after a quiet spell, plus a read of the log. A notice is a few dozen bytes; the watchers keep the
 newest :data:`KEEP_NOTICES` and delete older ones. A watcher that finds the notices after its
 last one gone (it fell that far behind) or cannot read them resyncs the hub and wakes every
 reader: they read the log after their last ids, which loses nothing and sends nothing twice.
@@ -32,10 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 
+from lastword.fanout.file_watch import FileWatch
 from lastword.fanout.hub import Hub
 from lastword.fanout.local import Deliver, NoticeFanout, Wakeups
 from lastword.fanout.notify import NoticeListener
@@ -48,11 +53,16 @@ log = logging.getLogger("lastword")
 WATCH_SECONDS = 0.001
 #: ...and for how long after the last one it saw...
 HOT_SECONDS = 0.05
-#: ...after which the wait doubles up to this. Looking every millisecond for ever, two idle
-#: workers spent a tenth of a core (the look's thread takes the GIL a thousand times a second);
-#: an idle worker now looks 50 times a second, and the first commit of another worker after a
-#: quiet spell reaches a subscriber here up to this much later. Its own commits wake it at once.
+#: ...after which the wait doubles up to this where the kernel does not tell of writes. Looking
+#: every millisecond for ever, two idle workers spent a tenth of a core (the look's thread takes
+#: the GIL a thousand times a second); such a worker looks 50 times a second when idle, and the
+#: first commit of another worker after a quiet spell reaches a subscriber here up to this much
+#: later. Its own commits wake it at once.
 IDLE_WATCH_SECONDS = 0.02
+#: Where the kernel tells of writes, the idle wait doubles up to this instead and ends at a
+#: write: the look that would find a commit comes at its write, and the idle worker looks once
+#: a second only in case a write went untold (none is expected: a commit is a write).
+SAFETY_LOOK_SECONDS = 1.0
 #: Notices kept in the file; older ones are deleted (a watcher this far behind resyncs).
 KEEP_NOTICES = 100_000
 #: Notices read at a time.
@@ -61,11 +71,14 @@ READ_BATCH = 5_000
 
 class WatchPace:
     """The wait before the watcher's next look: :data:`WATCH_SECONDS` while commits come, then,
-    once none has come for :data:`HOT_SECONDS`, doubling up to :data:`IDLE_WATCH_SECONDS`."""
+    once none has come for :data:`HOT_SECONDS`, doubling up to ``idle`` — or at once ``idle``
+    when ``jump`` (a write ends the wait: there is nothing to gain by looking in between)."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle: float = IDLE_WATCH_SECONDS, *, jump: bool = False) -> None:
         self._quiet = 0.0  # the waits since the last look that saw a commit
         self._wait = WATCH_SECONDS
+        self.idle = idle
+        self._jump = jump
 
     def next(self, *, changed: bool) -> float:
         """The wait after a look; ``changed``: that look saw a commit."""
@@ -73,7 +86,7 @@ class WatchPace:
             self._quiet, self._wait = 0.0, WATCH_SECONDS
             return self._wait
         if self._quiet >= HOT_SECONDS:
-            self._wait = min(self._wait * 2, IDLE_WATCH_SECONDS)
+            self._wait = self.idle if self._jump else min(self._wait * 2, self.idle)
         self._quiet += self._wait
         return self._wait
 
@@ -86,14 +99,15 @@ class DataVersionListener(NoticeListener):
         super().__init__(path, "commit_notices", deliver, resync)
         self.path = path
         self.keep = keep
-        self._look = threading.Event()
+        self._watch_files = FileWatch(os.path.dirname(os.path.abspath(path)))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Set while the watcher waits its longest (idle: no commit for a while).
+        self.resting = threading.Event()
 
     def look(self) -> None:
         """Look now rather than at the next interval (this process just committed)."""
-        if not self._look.is_set():
-            self._look.set()
+        self._watch_files.poke()
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
@@ -103,10 +117,11 @@ class DataVersionListener(NoticeListener):
 
     async def close(self) -> None:
         self._stop.set()
-        self._look.set()
+        self._watch_files.poke()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
+        self._watch_files.close()
         await super().close()
 
     # -- the watcher's thread ----------------------------------------------------------
@@ -142,12 +157,25 @@ class DataVersionListener(NoticeListener):
         self.connected = True
         loop.call_soon_threadsafe(self._listening.set)
         deleted_below = 0
-        pace, wait = WatchPace(), WATCH_SECONDS
+        files = self._watch_files
+        if files.sees_writes:
+            pace = WatchPace(SAFETY_LOOK_SECONDS, jump=True)
+        else:
+            pace = WatchPace(IDLE_WATCH_SECONDS)
+        wait = WATCH_SECONDS
         while not self._stop.is_set():
-            self._look.wait(wait)
-            self._look.clear()
+            # While commits come the pace says when to look (waking at every write would look
+            # more often than that, each commit being several); once they stop, a write does.
+            if wait == pace.idle:
+                self.resting.set()
+            written = files.wait(wait, writes=wait > WATCH_SECONDS)
+            self.resting.clear()
             now = connection.execute("PRAGMA data_version").fetchone()[0]
-            wait = pace.next(changed=now != version)
+            # A write is counted as a commit seen: a commit writes its pages to the -wal file
+            # before it is published in the -shm index (written through a memory map, which
+            # the kernel does not report), so the look it wakes may come too early to see it;
+            # the looks every millisecond that follow do.
+            wait = pace.next(changed=now != version or written)
             if now == version:
                 continue
             version = now  # read before the notices: a commit after this read changes it again
