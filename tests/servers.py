@@ -185,3 +185,13 @@ def running(servers: list[ServerProcess]) -> Iterator[list[ServerProcess]]:
     finally:
         for server in servers:
             server.stop()
+
+
+def stop(process: subprocess.Popen[Any], timeout: float = 20) -> None:
+    """SIGTERM ``process`` (a server drains), then SIGKILL it if it has not exited within ``timeout``."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -28,6 +28,7 @@ import pytest
 from tests.netns import Host, Network, available, network
 from tests.conftest import require
 from tests.polling import wait_until
+from tests.servers import stop
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +72,7 @@ class Postgres:
         self.url = f"postgresql://postgres@{address}:5432/postgres"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop(self.process)
         self.log.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -125,11 +122,7 @@ def test_a_replica_cut_off_from_its_database_is_not_ready_in_time_and_ready_agai
         assert stored.status_code == 200, stored.text
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop(server)
         log.close()
         database.stop()
 
@@ -226,10 +219,6 @@ def test_a_replica_cut_off_from_nats_serves_its_own_subscribers_and_catches_up_w
         for reader in readers:
             reader.close()
         for server in servers:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop(server)
         nats.stop()
         database.stop()

@@ -36,6 +36,7 @@ from tests.netns import Host, Network
 from tests.patroni_cluster import Node, PatroniCluster, patroni_cluster
 from tests.patroni_cluster import available as patroni_available
 from tests.polling import wait_until
+from tests.servers import stop
 from tests.test_failover import whole_log
 
 pytestmark = pytest.mark.slow
@@ -177,8 +178,4 @@ def test_a_primary_cut_off_from_everything_under_load_loses_nothing_acknowledged
         assert seqs == list(range(1, len(seqs) + 1)), "the run's seqs are not 1, 2, 3, … without a gap"
     finally:
         for server in servers:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop(server)
