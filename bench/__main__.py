@@ -45,6 +45,7 @@ SCENARIOS = {
     "r": "bench.rollout",
     "s": "bench.ds",
     "t": "bench.ds_stall",
+    "u": "bench.worker_wakeups",
     "v": "bench.instructions",
     "w": "bench.webhooks",
     "z": "bench.noop",
