@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import sys
+from typing import NamedTuple
 
 log = logging.getLogger("lastword")
 
@@ -66,6 +67,13 @@ def _drain(fd: int) -> bool:
     return found
 
 
+class Woken(NamedTuple):
+    """What happened since the last wait."""
+
+    poked: bool
+    written: bool
+
+
 class FileWatch:
     """Waits for a write to a file in ``directory`` (when the kernel can tell) or a :meth:`poke`."""
 
@@ -89,9 +97,10 @@ class FileWatch:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(self._poke_write, b"!")
 
-    def wait(self, timeout: float, *, writes: bool = True) -> bool:
+    def wait(self, timeout: float, *, writes: bool = True) -> Woken:
         """Return after ``timeout`` seconds, or sooner at a poke or (``writes``) a write seen;
-        whether a file was written since the last wait (also when not waited for).
+        whether it was poked, and whether a file was written since the last wait (also when
+        not waited for).
 
         Everything pending is taken, so the next wait waits for what comes after this one
         returns. A poke is taken
@@ -105,9 +114,9 @@ class FileWatch:
         with contextlib.suppress(InterruptedError):
             select.select(ready, [], [], timeout)
         self._poked = False
-        _drain(self._poke_read)
+        poked = _drain(self._poke_read)
         # Also while not waited for: written files would pile up otherwise.
-        return self._files is not None and _drain(self._files)
+        return Woken(poked, self._files is not None and _drain(self._files))
 
     def close(self) -> None:
         for fd in (self._files, self._poke_read, self._poke_write):
