@@ -45,6 +45,7 @@ last reply before the stdout's tool result for its call arrived) is kept on the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -114,25 +115,52 @@ async def ingest_cli_stream(
 
 
 async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter, writer: _Writer) -> LastwordError | None:
-    """Feed the body's lines to the adapter, storing what each batch of them makes; the problem
-    of the first line that cannot be read (what the lines before it made is in ``writer``), or
-    None at the body's end. A refusal of the store is raised."""
+    """Feed the body's lines to the adapter, storing what they make; the problem of the first
+    line that cannot be read (what the lines before it made is in ``writer``), or None at the
+    body's end. A refusal of the store is raised.
+
+    What a piece's lines made is stored when the next piece has not come yet, while it comes:
+    a child printing slowly has each line stored as it arrives, and the pieces of a body that
+    came together (a fast child, a body sent again) are stored together, one append per run
+    rather than one per piece of 64 KiB."""
     reading = aiter(lines)
-    while True:
+    ahead = _read_ahead(reading)
+    try:
+        while True:
+            if writer.pending and not ahead.done():
+                await writer.flush()
+            try:
+                batch = await ahead
+            except BodyDrained:
+                raise  # not the body's fault: it is sent again whole, nothing is cut
+            except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
+                return error
+            if batch is None:
+                return None
+            for index, line in batch:
+                try:
+                    writer.add(index, adapter.feed(index, _object(line, index)))
+                except LastwordError as error:  # not the format
+                    return error
+            ahead = _read_ahead(reading)
+            # Two turns of the loop: one for the server to take in a piece that has reached
+            # the socket, one for the read to take it.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+    finally:
+        ahead.cancel()
+
+
+def _read_ahead(reading: AsyncIterator[list[tuple[int, Any]]]) -> asyncio.Task[list[tuple[int, Any]] | None]:
+    """The next batch of lines (None at the body's end), read by a task of its own."""
+
+    async def next_batch() -> list[tuple[int, Any]] | None:
         try:
-            batch = await anext(reading)
+            return await anext(reading)
         except StopAsyncIteration:
             return None
-        except BodyDrained:
-            raise  # not the body's fault: it is sent again whole, nothing is cut
-        except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
-            return error
-        for index, line in batch:
-            try:
-                writer.add(index, adapter.feed(index, _object(line, index)))
-            except LastwordError as error:  # not the format
-                return error
-        await writer.flush()
+
+    return asyncio.get_running_loop().create_task(next_batch())
 
 
 class _Writer:
@@ -150,6 +178,9 @@ class _Writer:
         self.children: set[str] = set()
         #: By run written to: the eventIds it holds and the format that made each.
         self.known: dict[str, dict[str, str | None]] = {}
+        #: The runs written to whose log holds an eventId made otherwise (another format, or
+        #: none): only their events need looking up one by one (:func:`_seen_elsewhere`).
+        self.foreign: set[str] = set()
         #: By run written to: the usage of each assistant message it holds, by eventId.
         self.stored_usage: dict[str, dict[str, dict[str, int]]] = {}
         #: By run written to: what the messages kept from the other format carried beyond the
@@ -179,7 +210,8 @@ class _Writer:
             await self._create_child(child, agent, target, stretch[0][0])
         for reread in (False, True):
             known = await self._known(target)
-            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)] \
+                if target in self.foreign else stretch
             if len(fresh) < len(stretch) or self.usage_gap.get(target):
                 fresh = self._kept_elsewhere(target, stretch, fresh)
             if not fresh:
@@ -246,6 +278,10 @@ class _Writer:
                             usages[stored.event_id] = _usage(stored.body)
                 full = len(page) == 1000
                 after = page[-1].seq if page else after
+            if any(made != self.format for made in known.values()):
+                self.foreign.add(run_id)
+            else:
+                self.foreign.discard(run_id)
         return known
 
     async def _create_child(self, child: str, agent: str | None, target: str, index: int) -> None:
