@@ -2,8 +2,10 @@
 
 Unlike a provider body (one model call, staged and stored at its end), a CLI body is a whole
 run that a child streams through one long request, so what its lines make is **stored as the
-body arrives**: each piece of the body that completes lines is translated and stored before
-the next is read, and subscribers see the child's progress live. A line that cannot be read
+body arrives**: each piece of the body that completes lines is translated as it comes, and
+what it made is stored while the next piece comes (pieces that came together are stored
+together, up to :data:`FLUSH_EVENTS` events at a time), so subscribers see the child's progress
+live. A line that cannot be read
 (400 not JSON, 422 not the format, 413 too long), or a body that ends inside a line, is refused
 naming the line's index after everything the lines before it made is stored, the message they
 were assembling included (SPEC §16a: a child killed mid-print keeps the reply it was giving),
@@ -63,6 +65,9 @@ from lastword.rules.records import NewRun
 from lastword.service import RunService
 from lastword.settings import Settings
 
+#: Events made but not stored that are stored before more of the body is read, even when more
+#: has come (what a body held in memory when its pieces come faster than they are stored).
+FLUSH_EVENTS = 2048
 #: Seconds of the service's clock between two renewals of the lease by a body's bytes.
 RENEW_EVERY = 1.0
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
@@ -127,7 +132,7 @@ async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter
     ahead = _read_ahead(reading)
     try:
         while True:
-            if writer.pending and not ahead.done():
+            if writer.pending and (not ahead.done() or len(writer.pending) >= FLUSH_EVENTS):
                 await writer.flush()
             try:
                 batch = await ahead
