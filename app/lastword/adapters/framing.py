@@ -224,9 +224,7 @@ async def provider_event_batches(
     line_decoder = SSELineDecoder()
     data: list[str] = []  # the data lines of the message being read
     async for text in body_text(pieces):
-        found, rest = _plain_data(text, line_decoder, data)
-        if rest:
-            found += _sse_data(line_decoder.decode(rest), data)
+        found = _sse_found(text, line_decoder, data)
         if not found:
             continue
         batch, problem = _sse_events(found, index)
@@ -269,20 +267,31 @@ _PLAIN_MESSAGES = re.compile(r"(?:(?:event:[^\n]*\n)?data: [^\n]*\n\n)+")
 _PLAIN_DATA = re.compile(r"^data: (.*)$", re.MULTILINE)
 
 
-def _plain_data(text: str, line_decoder: SSELineDecoder, data: list[str]) -> tuple[list[str], str]:
-    """The data of the plain messages (:data:`_PLAIN_MESSAGES`) that ``text`` begins with, read
-    by two regular expressions, and the text after them for :func:`_sse_data`: what it would
-    read of them, line by line, when the reader is between two messages (no line or message
-    begun). A line at a time was most of the cost of reading an SSE body."""
-    if data or line_decoder.buffer or line_decoder.trailing_cr or "\r" in text:
-        return [], text
+def _sse_found(text: str, line_decoder: SSELineDecoder, data: list[str]) -> list[str]:
+    """The data of the messages that ``text`` (a piece of the body) completes: those of the
+    usual shape (:data:`_PLAIN_MESSAGES`) read by two regular expressions, when the reader is
+    between two messages; the rest (a message begun in the piece before, the piece's last one,
+    anything else) line by line (:func:`_sse_data`). A line at a time was most of the cost of
+    reading an SSE body."""
+    if "\r" in text or line_decoder.trailing_cr:
+        return _sse_data(line_decoder.decode(text), data)
+    found: list[str] = []
+    if data or line_decoder.buffer:  # the piece before ended inside a message: its end first
+        end = text.find("\n\n") + 2
+        if end < 2:
+            return _sse_data(line_decoder.decode(text), data)
+        found = _sse_data(line_decoder.decode(text[:end]), data)
+        text = text[end:]
     plain = _PLAIN_MESSAGES.match(text)
-    if plain is None:
-        return [], text
-    found: list[str] = _PLAIN_DATA.findall(text, 0, plain.end())
-    if "" in found or "[DONE]" in found:
-        found = [message for message in found if message and message != "[DONE]"]
-    return found, text[plain.end() :]
+    if plain is not None:
+        messages: list[str] = _PLAIN_DATA.findall(text, 0, plain.end())
+        if "" in messages or "[DONE]" in messages:
+            messages = [message for message in messages if message and message != "[DONE]"]
+        found += messages
+        text = text[plain.end() :]
+    if text:
+        found += _sse_data(line_decoder.decode(text), data)
+    return found
 
 
 def _parsed(texts: list[str] | list[bytes]) -> list[Any] | None:
