@@ -88,14 +88,6 @@ class ClaudeCodeAdapter(ClaudeCodeLines):
 
     # -- lines -------------------------------------------------------------------------------
 
-    def feed(self, index: int, line: Event) -> list[Made]:
-        if not self._turn and line.get("type") == "stream_event" and self._session is not None:
-            # The hot path (see _delta) straight away: a delta of turn 1 needs nothing else of feed's.
-            made = self._delta(line)
-            if made is not None:
-                return made
-        return super().feed(index, line)
-
     def read(self, index: int, line: Event) -> list[Made]:
         if line.get("type") == "stream_event" and self._session is not None:
             made = self._delta(line)
