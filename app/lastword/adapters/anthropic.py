@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, TextPieces, check_exact_text, usage_of
+from lastword.adapters.base import Event, ProviderAdapter, RawEvents, StreamStop, TextPieces, check_exact_text, chunk, usage_of
 
 #: Stop reasons that end the turn, as §6 values; any other leaves it open.
 TERMINAL_STOPS = {
@@ -123,8 +123,7 @@ class AnthropicAdapter(ProviderAdapter):
                 # would only count the event).
                 self.events_read += 1
                 block.parts.append(text)
-                return [{"type": "assistant/chunk", "delta": {"type": "text", "text": text},  # chunk(), inlined
-                         "eventId": f"{self._base}:{index}", "source": {"format": "anthropic", "events": [event]}}]
+                return [chunk("text", text, f"{self._base}:{index}", {"format": "anthropic", "events": [event]})]
         self.read(event)
         kind = self.need(index, event, "type", str)
         if kind == "ping":

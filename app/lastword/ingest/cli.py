@@ -142,14 +142,11 @@ async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter
                 return error
             if batch is None:
                 return None
-            pending = writer.pending  # (writer.add, inlined: this runs for every line)
             for index, line in batch:
                 try:
-                    made = adapter.feed(index, line if type(line) is dict else _object(line, index))
+                    writer.add(index, adapter.feed(index, _object(line, index)))
                 except LastwordError as error:  # not the format
                     return error
-                for item in made:
-                    pending.append((index, item))
             ahead = _read_ahead(reading)
             # Two turns of the loop: one for the server to take in a piece that has reached
             # the socket, one for the read to take it.
