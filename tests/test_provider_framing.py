@@ -102,3 +102,24 @@ def test_sse_data_is_read_as_httpx_sse_reads_it(lines: list[str], cuts: list[int
         assert problem.value.extra["index"] == expected
     else:
         assert read(body, [cut for cut in cuts if cut <= len(body)]) == expected
+
+
+#: Messages as providers send them (read by the regular expressions of ``framing``), and others.
+SSE_MESSAGES = ['event: a\ndata: {"a": 1}\n\n', 'data: {"b": 2}\n\n', "event: ping\ndata: {}\n\n", "data: [DONE]\n\n",
+                "data: \n\n", 'data:{"c": 3}\n\n', 'data: {"d":\ndata: 4}\n\n', ": note\n\n", "\n",
+                'id: 1\ndata: {"e": 5}\n\n', 'data: {"f": 6}\r\n\r\n', 'event: x\ndata:  {"g": 7}\n\n', "data: 8\n\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(st.sampled_from(SSE_MESSAGES), max_size=30), cuts=st.lists(st.integers(0, 500), max_size=8))
+def test_plain_messages_are_read_as_httpx_sse_reads_them(messages: list[str], cuts: list[int]) -> None:
+    """Runs of messages of the usual shape, cut anywhere, between and inside other kinds: read as httpx-sse reads them."""
+    text = "".join(messages)
+    body = text.encode()
+    expected = httpx_sse_reading(text.replace("\r\n", "\n").split("\n"))
+    if isinstance(expected, int):
+        with pytest.raises((BadRequest, Unprocessable)) as problem:
+            read(body, [cut for cut in cuts if cut <= len(body)])
+        assert problem.value.extra["index"] == expected
+    else:
+        assert read(body, [cut for cut in cuts if cut <= len(body)]) == expected

@@ -109,8 +109,10 @@ class ProviderAdapter(abc.ABC):
         as dicts) takes them and names them itself from :meth:`id_base` when the body ends; the
         adapter then keeps no reference to them.
         """
-        taken, self._unnamed = self._unnamed, []
-        self._taken_unnamed += len(taken)
+        taken = self._unnamed
+        if taken:  # (most calls find none: no list made for them)
+            self._unnamed = []
+            self._taken_unnamed += len(taken)
         return taken
 
     def id_base(self, scope: str = "") -> str:

@@ -19,6 +19,7 @@ index and the field's path), never stored as a float.
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -143,15 +144,27 @@ async def json_lines(
             error.extra["index"] = index
             error.detail = f"{noun} {index} is longer than {max_line} bytes"
             raise
-        batch = []
+        values = _parsed(lines) if exact else None
+        if values is not None:  # (most pieces: no line blank, none malformed)
+            yield list(enumerate(values, index))
+            index += len(values)
+            continue
+        batch: list[tuple[int, Any]] = []
         for line in lines:
             if line.strip():
                 try:
-                    batch.append((index, loads(line, index, noun, exact=exact)))
+                    if exact:  # (most lines: loads() inlined, a call a line was a tenth of their parse)
+                        try:
+                            value = orjson.loads(line)
+                        except orjson.JSONDecodeError as error:
+                            raise MalformedJson(f"{noun} {index} is not valid JSON: {error}", index=index) from None
+                    else:
+                        value = loads(line, index, noun)
                 except LastwordError:
                     if batch:
                         yield batch
                     raise
+                batch.append((index, value))
                 index += 1
         if batch:
             yield batch
@@ -211,13 +224,10 @@ async def provider_event_batches(
     line_decoder = SSELineDecoder()
     data: list[str] = []  # the data lines of the message being read
     async for text in body_text(pieces):
-        found = _sse_data(line_decoder.decode(text), data)
+        found = _sse_found(text, line_decoder, data)
         if not found:
             continue
-        # One search of the piece's data for a run of 19 digits, not one per event.
-        exact = not may_hold_inexact("\n".join(found))
-        batch, problem = provider_objects(
-            (at, loads(message, at, exact=exact)) for at, message in enumerate(found, index))
+        batch, problem = _sse_events(found, index)
         index += len(found)
         if batch:
             yield batch
@@ -225,6 +235,79 @@ async def provider_event_batches(
             raise problem
     # As the SSE standard says, a message not closed by a blank line when the body ends
     # is incomplete, and is dropped (so is httpx-sse's EventSource).
+
+
+def _sse_events(found: list[str], index: int) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
+    """:func:`provider_objects` of the messages' data ``found`` (the first numbered ``index``),
+    read in one loop: most of an SSE body's events, each a few dozen bytes, so the calls per
+    event (:func:`loads`, :func:`provider_event`, a generator) cost as much as the parse."""
+    # One search of the piece's data for a run of 19 digits, not one per event.
+    if may_hold_inexact("\n".join(found)):
+        return provider_objects((at, loads(message, at)) for at, message in enumerate(found, index))
+    values = _all_objects(found)
+    if values is not None:
+        return list(enumerate(values, index)), None
+    batch: list[tuple[int, dict[str, Any]]] = []
+    append = batch.append
+    parse = orjson.loads
+    for at, message in enumerate(found, index):
+        try:
+            value = parse(message)
+        except orjson.JSONDecodeError as error:
+            return batch, MalformedJson(f"event {at} is not valid JSON: {error}", index=at)
+        if type(value) is not dict:
+            return batch, InvalidProviderEvent(f"event {at} is not a JSON object", index=at)
+        append((at, value))
+    return batch, None
+
+
+#: Whole messages of the shape providers send (an optional ``event:`` line, one ``data: `` line,
+#: a blank line), one after the other.
+_PLAIN_MESSAGES = re.compile(r"(?:(?:event:[^\n]*\n)?data: [^\n]*\n\n)+")
+_PLAIN_DATA = re.compile(r"^data: (.*)$", re.MULTILINE)
+
+
+def _sse_found(text: str, line_decoder: SSELineDecoder, data: list[str]) -> list[str]:
+    """The data of the messages that ``text`` (a piece of the body) completes: those of the
+    usual shape (:data:`_PLAIN_MESSAGES`) read by two regular expressions, when the reader is
+    between two messages; the rest (a message begun in the piece before, the piece's last one,
+    anything else) line by line (:func:`_sse_data`). A line at a time was most of the cost of
+    reading an SSE body."""
+    if "\r" in text or line_decoder.trailing_cr:
+        return _sse_data(line_decoder.decode(text), data)
+    found: list[str] = []
+    if data or line_decoder.buffer:  # the piece before ended inside a message: its end first
+        end = text.find("\n\n") + 2
+        if end < 2:
+            return _sse_data(line_decoder.decode(text), data)
+        found = _sse_data(line_decoder.decode(text[:end]), data)
+        text = text[end:]
+    plain = _PLAIN_MESSAGES.match(text)
+    if plain is not None:
+        messages: list[str] = _PLAIN_DATA.findall(text, 0, plain.end())
+        if "" in messages or "[DONE]" in messages:
+            messages = [message for message in messages if message and message != "[DONE]"]
+        found += messages
+        text = text[plain.end() :]
+    if text:
+        found += _sse_data(line_decoder.decode(text), data)
+    return found
+
+
+def _parsed(texts: list[str] | list[bytes]) -> list[Any] | None:
+    """Each of ``texts`` parsed, when every one is JSON; else None (then they are read one by
+    one, to name the first that is not). By ``map``: no line of Python per text, which for an
+    event of a few dozen bytes cost as much as its parse."""
+    try:
+        return list(map(orjson.loads, texts))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _all_objects(texts: list[str]) -> list[dict[str, Any]] | None:
+    """:func:`_parsed`, when every one is a JSON object."""
+    values = _parsed(texts)
+    return values if values is not None and set(map(type, values)) <= {dict} else None
 
 
 def _sse_data(lines: list[str], data: list[str]) -> list[str]:

@@ -2,8 +2,10 @@
 
 Unlike a provider body (one model call, staged and stored at its end), a CLI body is a whole
 run that a child streams through one long request, so what its lines make is **stored as the
-body arrives**: each piece of the body that completes lines is translated and stored before
-the next is read, and subscribers see the child's progress live. A line that cannot be read
+body arrives**: each piece of the body that completes lines is translated as it comes, and
+what it made is stored while the next piece comes (pieces that came together are stored
+together, up to :data:`FLUSH_EVENTS` events at a time), so subscribers see the child's progress
+live. A line that cannot be read
 (400 not JSON, 422 not the format, 413 too long), or a body that ends inside a line, is refused
 naming the line's index after everything the lines before it made is stored, the message they
 were assembling included (SPEC §16a: a child killed mid-print keeps the reply it was giving),
@@ -45,6 +47,7 @@ last reply before the stdout's tool result for its call arrived) is kept on the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -62,6 +65,9 @@ from lastword.rules.records import NewRun
 from lastword.service import RunService
 from lastword.settings import Settings
 
+#: Events made but not stored that are stored before more of the body is read, even when more
+#: has come (what a body held in memory when its pieces come faster than they are stored).
+FLUSH_EVENTS = 2048
 #: Seconds of the service's clock between two renewals of the lease by a body's bytes.
 RENEW_EVERY = 1.0
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
@@ -114,25 +120,52 @@ async def ingest_cli_stream(
 
 
 async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter, writer: _Writer) -> LastwordError | None:
-    """Feed the body's lines to the adapter, storing what each batch of them makes; the problem
-    of the first line that cannot be read (what the lines before it made is in ``writer``), or
-    None at the body's end. A refusal of the store is raised."""
+    """Feed the body's lines to the adapter, storing what they make; the problem of the first
+    line that cannot be read (what the lines before it made is in ``writer``), or None at the
+    body's end. A refusal of the store is raised.
+
+    What a piece's lines made is stored when the next piece has not come yet, while it comes:
+    a child printing slowly has each line stored as it arrives, and the pieces of a body that
+    came together (a fast child, a body sent again) are stored together, one append per run
+    rather than one per piece of 64 KiB."""
     reading = aiter(lines)
-    while True:
+    ahead = _read_ahead(reading)
+    try:
+        while True:
+            if writer.pending and (not ahead.done() or len(writer.pending) >= FLUSH_EVENTS):
+                await writer.flush()
+            try:
+                batch = await ahead
+            except BodyDrained:
+                raise  # not the body's fault: it is sent again whole, nothing is cut
+            except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
+                return error
+            if batch is None:
+                return None
+            for index, line in batch:
+                try:
+                    writer.add(index, adapter.feed(index, _object(line, index)))
+                except LastwordError as error:  # not the format
+                    return error
+            ahead = _read_ahead(reading)
+            # Two turns of the loop: one for the server to take in a piece that has reached
+            # the socket, one for the read to take it.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+    finally:
+        ahead.cancel()
+
+
+def _read_ahead(reading: AsyncIterator[list[tuple[int, Any]]]) -> asyncio.Task[list[tuple[int, Any]] | None]:
+    """The next batch of lines (None at the body's end), read by a task of its own."""
+
+    async def next_batch() -> list[tuple[int, Any]] | None:
         try:
-            batch = await anext(reading)
+            return await anext(reading)
         except StopAsyncIteration:
             return None
-        except BodyDrained:
-            raise  # not the body's fault: it is sent again whole, nothing is cut
-        except LastwordError as error:  # not JSON, an inexact integer, too long, bad gzip or UTF-8
-            return error
-        for index, line in batch:
-            try:
-                writer.add(index, adapter.feed(index, _object(line, index)))
-            except LastwordError as error:  # not the format
-                return error
-        await writer.flush()
+
+    return asyncio.get_running_loop().create_task(next_batch())
 
 
 class _Writer:
@@ -150,6 +183,9 @@ class _Writer:
         self.children: set[str] = set()
         #: By run written to: the eventIds it holds and the format that made each.
         self.known: dict[str, dict[str, str | None]] = {}
+        #: The runs written to whose log holds an eventId made otherwise (another format, or
+        #: none): only their events need looking up one by one (:func:`_seen_elsewhere`).
+        self.foreign: set[str] = set()
         #: By run written to: the usage of each assistant message it holds, by eventId.
         self.stored_usage: dict[str, dict[str, dict[str, int]]] = {}
         #: By run written to: what the messages kept from the other format carried beyond the
@@ -179,7 +215,8 @@ class _Writer:
             await self._create_child(child, agent, target, stretch[0][0])
         for reread in (False, True):
             known = await self._known(target)
-            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)]
+            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)] \
+                if target in self.foreign else stretch
             if len(fresh) < len(stretch) or self.usage_gap.get(target):
                 fresh = self._kept_elsewhere(target, stretch, fresh)
             if not fresh:
@@ -246,6 +283,10 @@ class _Writer:
                             usages[stored.event_id] = _usage(stored.body)
                 full = len(page) == 1000
                 after = page[-1].seq if page else after
+            if any(made != self.format for made in known.values()):
+                self.foreign.add(run_id)
+            else:
+                self.foreign.discard(run_id)
         return known
 
     async def _create_child(self, child: str, agent: str | None, target: str, index: int) -> None:

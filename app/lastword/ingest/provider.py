@@ -37,7 +37,7 @@ import re
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -46,6 +46,7 @@ from lastword.adapters.acp import ACPAdapter
 from lastword.adapters.framing import FRAMINGS, provider_event_batches, provider_objects
 from lastword.errors import (
     BadRequest,
+    TooDeeplyNested,
     EmptyBatch,
     InvalidIdempotencyKey,
     MalformedJson,
@@ -254,7 +255,10 @@ class Staging:
 
     def _add_chunk(self, event: dict[str, Any], origin: int) -> None:
         """:meth:`add` of one chunk with its id: no tail (see :func:`_encoded`), nothing apart."""
-        body = storable_made(event, origin)
+        try:
+            body = storable_json(event)
+        except TooDeeplyNested:
+            body = storable_made(event, origin)  # refused again, naming the provider event
         if len(body) > self.limit:
             raise too_large_made(origin, len(body), self.limit)
         if len(body) > _PENDING:
@@ -323,16 +327,19 @@ class Staging:
         self._file.readinto(memoryview(run)[1:])
         run[-1] = ord("]")
         kept = self._kept
-        if kept is not None and all(at in kept for at in range(position, end)):
-            events.extend([kept.pop(at) for at in range(position, end)])
-        else:
+        values = [kept.pop(at, None) for at in range(position, end)] if kept is not None else [None]
+        if None in values:  # not all kept: read back (the ones that were are let go)
             events.extend(orjson.loads(run))
+        else:
+            events.extend(cast("list[dict[str, Any]]", values))
         text = run.decode()
         ascii_only = len(text) == len(run)  # then character offsets are byte offsets
         offset = start - 1  # run[i] is staged byte offset + i
-        for at in range(position, end):
-            begin, finish = self._start(at) - offset, self._ends[at] - 1 - offset
-            encoded.append(text[begin:finish] if ascii_only else run[begin:finish].decode())
+        begin = 1
+        for finish in self._ends[position:end]:
+            finish -= offset  # (the event's comma: its end in the run)
+            encoded.append(text[begin : finish - 1] if ascii_only else run[begin : finish - 1].decode())
+            begin = finish
         return end
 
     def _read_apart(self, position: int, base: str) -> tuple[dict[str, Any], str]:
