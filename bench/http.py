@@ -10,6 +10,8 @@ where a request's cost does not matter (setup, checks).
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Sequence
 
@@ -111,20 +113,26 @@ async def connect(url: str) -> Connection:
 
 
 class Tally:
-    """Counts one SSE event type across many subscribers; ``wait(n)`` until n have arrived."""
+    """Counts one SSE event type across many subscribers; ``wait(n)`` until n have arrived.
+
+    ``times`` are when each arrived; ``read_times`` when this process's loop read it (the same,
+    except from a :class:`StampedSubscriber`, whose arrival is its socket's)."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.read_times: list[float] = []
         self._target = 0
         self._reached = asyncio.Event()
 
     def arm(self, target: int) -> None:
         self.times = []
+        self.read_times = []
         self._target = target
         self._reached.clear()
 
-    def hit(self, at: float) -> None:
+    def hit(self, at: float, read_at: float | None = None) -> None:
         self.times.append(at)
+        self.read_times.append(at if read_at is None else read_at)
         if len(self.times) >= self._target:
             self._reached.set()
 
@@ -170,6 +178,90 @@ class Subscriber(asyncio.Protocol):
             self.transport.close()
 
 
+#: ``SO_TIMESTAMPNS`` (Linux): each read's ancillary data carries the kernel's receive time.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("qq")
+
+
+def _realtime_offset_ns() -> int:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC (``time.perf_counter``'s clock on Linux), in ns."""
+    return time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class StampedSubscriber:
+    """:class:`Subscriber`, timing each watched event by when its bytes reached the socket.
+
+    Why: this one process reads every subscriber's socket, one after another. With 100 to
+    1,000 of them, a subscriber whose bytes arrived early can be read milliseconds later,
+    behind the others that arrived in the same wake-up: a latency taken at the read holds this
+    client's queue, which subscribers in processes of their own would not wait in. The kernel
+    notes when each piece arrives (``SO_TIMESTAMPNS``, in CLOCK_REALTIME, taken here onto
+    ``perf_counter``'s clock); a read that takes several pieces carries the last one's time,
+    so a latency is never made shorter than it was. The read time is kept too (``read_at``).
+    """
+
+    def __init__(self, request: bytes, watch: dict[bytes, Tally]) -> None:
+        self._request = request
+        self._markers = [(b"event: " + name, tally) for name, tally in watch.items()]
+        self._keep = max(len(marker) for marker, _ in self._markers) - 1
+        self._tail = b""
+        self._loop = asyncio.get_running_loop()
+        self._sock: socket.socket | None = None
+        self.closed = self._loop.create_future()
+
+    async def open(self, host: str, port: int) -> StampedSubscriber:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await self._loop.sock_connect(sock, (host, port))
+            await self._loop.sock_sendall(sock, self._request)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._loop.add_reader(sock.fileno(), self._readable)
+        return self
+
+    def _readable(self) -> None:
+        assert self._sock is not None
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(1 << 16, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancillary = b"", []
+        if not data:
+            self.close()
+            return
+        now = time.perf_counter()
+        arrived = now
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(value)
+                arrived = (seconds * 1_000_000_000 + nanoseconds - _realtime_offset_ns()) / 1e9
+        seen = self._tail + data
+        for marker, tally in self._markers:
+            start = seen.find(marker)
+            while start != -1:
+                tally.hit(arrived, now)
+                start = seen.find(marker, start + len(marker))
+        self._tail = seen[-self._keep:]
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _stream_request(path: str) -> bytes:
+    return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n").encode()
+
+
 async def open_subscribers(
     url: str, paths: Sequence[str], watch: dict[bytes, Tally], *, wave: int = 200,
 ) -> list[Subscriber]:
@@ -180,10 +272,22 @@ async def open_subscribers(
     for first in range(0, len(paths), wave):
         pending = []
         for path in paths[first:first + wave]:
-            raw = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n").encode()
+            raw = _stream_request(path)
             pending.append(loop.create_connection(lambda raw=raw: Subscriber(raw, watch), host, int(port)))
         for _, protocol in await asyncio.gather(*pending):
             found.append(protocol)
+    return found
+
+
+async def open_stamped_subscribers(
+    url: str, paths: Sequence[str], watch: dict[bytes, Tally], *, wave: int = 200,
+) -> list[StampedSubscriber]:
+    """:func:`open_subscribers` whose events are timed by their arrival at the socket."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    found: list[StampedSubscriber] = []
+    for first in range(0, len(paths), wave):
+        found.extend(await asyncio.gather(*(
+            StampedSubscriber(_stream_request(path), watch).open(host, int(port)) for path in paths[first:first + wave])))
     return found
 
 

@@ -89,6 +89,17 @@ class Cursor:
     def deliver(self, events: deque[StoredEvent]) -> None:
         """Write what the hub hands over while the follower waits, and drop it from ``events``;
         leave it there for the follower's task when it cannot be written now, or closes the follow."""
+        if len(events) == 1:
+            # What most publishes bring (a turn's start or end, one commit's lifecycle event),
+            # to every follower of the run in turn: its framed bytes as they are, no join.
+            event = events[0]
+            message_id = self._id_of(event)
+            if message_id > self.last:
+                if self._closes(event) or not self.write_now(self._frame(event, message_id)):
+                    return
+                self.last = message_id
+            events.popleft()
+            return
         chunk, count, last, _ = self.messages(events, before_close=True)
         if chunk and not self.write_now(chunk):
             return

@@ -92,32 +92,64 @@ def _chunked(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
+class _LastPiece:
+    """The chunked piece of the last chunk a stream wrote, kept for the next stream.
+
+    One publish hands every waiting subscriber of a run the same bytes object (an event is
+    framed once, :mod:`lastword.follow`), so a thousand writes of a turn's end framed the same
+    piece a thousand times; kept here, it is framed once and the same object is written to
+    every connection. It is recognised by identity, and held (one chunk, whatever its size),
+    so no other chunk can take its place in memory and be mistaken for it. The pair is one
+    tuple, replaced whole: servers on other threads of the process never see half of one.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = (b"", _chunked(b""))
+
+    def of(self, chunk: bytes) -> bytes:
+        last = self._last
+        if last[0] is chunk:
+            return last[1]
+        piece = _chunked(chunk)
+        self._last = (chunk, piece)
+        return piece
+
+
+_last_piece = _LastPiece()
+
+
 class _DetachedBody:
     """An event stream's body, written to the connection below the ASGI chain (chunked, as
     uvicorn had announced in the headers); see :class:`lastword.http.sse.Line`."""
 
-    __slots__ = ("_protocol", "_gone", "keep_alive", "closed")
+    __slots__ = ("_protocol", "_transport", "_flow", "_gone", "keep_alive", "closed")
 
     def __init__(self, protocol: HeaderDeadlineProtocol, keep_alive: bool, gone: Callable[[], None]) -> None:
         self._protocol = protocol
+        # The connection's for as long as the body is: looked up once, not on every write.
+        self._transport = protocol.transport
+        self._flow = protocol.flow
         self._gone = gone
         self.keep_alive = keep_alive
         #: The client has gone: every later write is a no-op.
         self.closed = False
 
     async def send(self, chunk: bytes) -> None:
-        flow = self._protocol.flow
+        flow = self._flow
         if flow.write_paused and not self.closed:
             await flow.drain()  # released by the buffer draining, or by the connection's loss
         if not self.closed:
-            self._protocol.transport.write(_chunked(chunk))
+            self._transport.write(_last_piece.of(chunk))
 
     def write_now(self, chunk: bytes) -> bool:
-        if self.closed or self._protocol.transport.is_closing():
+        transport = self._transport
+        if self.closed or transport.is_closing():
             return True  # the client has gone: there is nowhere to write, and the stream ends
-        if self._protocol.flow.write_paused:
+        if self._flow.write_paused:
             return False
-        self._protocol.transport.write(_chunked(chunk))
+        transport.write(_last_piece.of(chunk))
         return True
 
     def track(self, task: asyncio.Task[None]) -> None:
