@@ -16,7 +16,9 @@ Figures are CPU microseconds per event (the first three stages ``time.thread_tim
 valgrind's callgrind and reports instructions per event instead: a marker call between stages
 (libc's ``getpgrp`` through ctypes: nothing else on this path calls ctypes) makes callgrind dump
 its counters there, so each dump holds one stage. Two runs of those counts agree within a few
-instructions an event, however busy the machine.
+instructions an event, however busy the machine. It also counts the ingest side alone (the
+body read, parsed, checked and encoded as the route does it, the store left out) for the same
+events as JSON arrays and as NDJSON, whose lines are checked one at a time.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.workload import batches, json_array, mixed_events
+from bench.workload import batches, json_array, mixed_events, ndjson
 
 T = TypeVar("T")
 BATCH = 1000
@@ -163,15 +165,13 @@ def report(figures: dict[str, list[float]], unit: str) -> str:
 _SUMMARY = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
 
-def callgrind(args: argparse.Namespace) -> str:
-    """This module once more, under callgrind, one round; instructions per event per stage."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed")
+def _callgrind_counts(arguments: list[str]) -> list[int]:
+    """This module once more with ``arguments``, under callgrind: the instructions of each
+    stretch between two markers (the first, before the first marker, included)."""
     with tempfile.TemporaryDirectory(prefix="lastword-stages-cg-") as directory:
         out = Path(directory) / "callgrind.out"
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-before=ffi_call",
-                   "--dump-instr=no", sys.executable, "-m", "bench.stages", "--rounds", "1",
-                   "--batches", str(args.batches), "--no-steps"]
+                   "--dump-instr=no", sys.executable, "-m", "bench.stages", *arguments]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env={**os.environ, "PYTHONHASHSEED": "0"})
         dumps = sorted(Path(directory).glob("callgrind.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
@@ -179,10 +179,53 @@ def callgrind(args: argparse.Namespace) -> str:
         for dump in dumps:
             found = _SUMMARY.search(dump.read_bytes())
             counts.append(int(found[1]) if found else 0)
-    # Dump 1 is everything before the first marker; dumps 2..5 the four stages.
+    return counts
+
+
+def callgrind(args: argparse.Namespace) -> str:
+    """One round under callgrind; instructions per event per stage, then the ingest side
+    (reading, checking and encoding, no store) of the same events as JSON arrays and as NDJSON."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed")
     events = args.batches * BATCH
+    counts = _callgrind_counts(["--rounds", "1", "--batches", str(args.batches), "--no-steps"])
+    # Dump 1 is everything before the first marker; dumps 2..5 the four stages.
     figures = {stage: [counts[1 + position] / events] for position, stage in enumerate(STAGES)}
+    for kind in ("json", "ndjson"):
+        counts = _callgrind_counts(["--ingest-side", kind, "--batches", str(args.batches)])
+        figures[f"ingest side, {kind}"] = [counts[1] / events]
     return report(figures, "instr")
+
+
+async def ingest_side(kind: str, batch_count: int, mark: Callable[[], None]) -> None:
+    """Bodies of scenario (a) through the ingest as the route reads them (64 KiB pieces), each
+    append only encoding its events: what the event loop's thread does for them before the store."""
+    from lastword.ingest.body import Body
+    from lastword.ingest.checks import encode_events
+    from lastword.ingest.events import ingest_json, ingest_ndjson
+    from lastword.rules.records import AppendOutcome
+
+    event_batches = batches(mixed_events(BATCH * batch_count, seed=1), BATCH)
+    bodies = [ndjson(batch) if kind == "ndjson" else json_array(batch) for batch in event_batches]
+    stored = 0
+
+    async def append(events: list[dict[str, Any]]) -> AppendOutcome:
+        nonlocal stored
+        await encode_events(events, 1024 * 1024)
+        stored += len(events)
+        return AppendOutcome(accepted=len(events), duplicates=0, last_seq=stored)
+
+    async def pieces(body: bytes) -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 65536):
+            yield body[start : start + 65536]
+
+    mark()
+    for body in bodies:
+        if kind == "ndjson":
+            await ingest_ndjson(Body(pieces(body), content_type="application/x-ndjson"), 1 << 26, append)
+        else:
+            await ingest_json(Body(pieces(body), content_type="application/json"), 1 << 26, 10_000, append)
+    mark()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -191,7 +234,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds; each figure is their median (default 5)")
     parser.add_argument("--callgrind", action="store_true", help="instructions per event, under callgrind")
     parser.add_argument("--no-steps", action="store_true", help="do not time the append's steps")
+    parser.add_argument("--ingest-side", choices=("json", "ndjson"), help=argparse.SUPPRESS)  # for --callgrind
     args = parser.parse_args(argv)
+    if args.ingest_side:
+        asyncio.run(ingest_side(args.ingest_side, args.batches, marker()))
+        return
     if args.callgrind:
         print(callgrind(args))
         return
