@@ -469,14 +469,18 @@ class _FastMessage(msgspec.Struct, tag_field="type", tag="assistant/message", gc
     ts: None = None
 
 
-_FAST_EVENTS = list[_FastChunk | _FastMessage]
+class _FastBatch(msgspec.Struct, gc=False):
+    # A Struct: msgspec reads its field types once. A ``list[...]`` type handed to ``convert`` is
+    # read again on every call (3.5 µs, ten times an event's check: an NDJSON body checks each
+    # line alone).
+    events: list[_FastChunk | _FastMessage]
 
 
 def fast_accepts(events: list[Any]) -> bool:
     """Whether every event is one the narrow description accepts (then the models would too);
     False says nothing: the models decide."""
     try:
-        msgspec.convert(events, _FAST_EVENTS)
+        msgspec.convert({"events": events}, _FastBatch)
     except msgspec.ValidationError:
         return False
     return True
