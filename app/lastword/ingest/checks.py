@@ -73,11 +73,16 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
 
 #: Events encoded between two looks at the event loop.
 ENCODE_SLICE = 256
+#: Fewer events than this are encoded one by one: for one event (a streaming child's request)
+#: the slice's steps cost more than they save (15,500 instructions against 8,600).
+ENCODE_ALONE = 8
 
 
 async def encode_events(events: list[dict[str, Any]], max_event_bytes: int) -> list[str]:
     """Each pushed event's JSON as it will be stored; 413 naming the first event over
     ``max_event_bytes`` (its index, so a streamed body keeps the events before it)."""
+    if len(events) < ENCODE_ALONE:
+        return _encode_each(events, 0, max_event_bytes)
     encoded: list[str] = []
     for start in range(0, len(events), ENCODE_SLICE):
         if start:
