@@ -258,6 +258,39 @@ class RunLogContract(ContractBase):
         assert turn.output == [text("".join(f"{awkward} {number}" for number in range(300)) + "next")]
 
     @pytest.mark.anyio
+    async def test_a_batch_of_hundreds_logs_each_rows_own_values(self, store: Store) -> None:
+        """Batches of 250 events, some with eventIds among them (SQLite inserts the others a
+        hundred at a statement), sent alone or two at once: each event is logged with its own
+        seq, type, eventId and body and its append's time; a NUL in one type refuses its batch
+        whole and the other commits."""
+        for run_id in ("r1", "r2"):
+            await store.create_run(spec(run_id), T0)
+        def batch(prefix: str, size: int) -> list[dict[str, Any]]:
+            return [chunk(str(number), f"{prefix}-{number}") if number % 7 == 0
+                    else {"type": f"x-kind-{number % 3}", "n": number} for number in range(size)][::-1]
+
+        alone = await store.append("r1", batch("a", 250), T0 + 0.5)
+        together = await asyncio.gather(store.append("r1", batch("b", 120), T0 + 1.5),
+                                        store.append("r2", batch("c", 250), T0 + 2.5))
+        assert (alone.last_seq, together[0].last_seq, together[1].last_seq) == (251, 371, 251)
+        expected = {"r1": [(event, T0 + 0.5) for event in batch("a", 250)]
+                          + [(event, T0 + 1.5) for event in batch("b", 120)],
+                    "r2": [(event, T0 + 2.5) for event in batch("c", 250)]}
+        for run_id, events in expected.items():
+            logged = await store.events_after(run_id, 1, 1000)
+            assert [(event.seq, event.turn, event.type, event.event_id, event.received_at) for event in logged] == [
+                (number + 2, 1, event["type"], event.get("eventId"), at) for number, (event, at) in enumerate(events)]
+            assert bodies(logged) == [event for event, _ in events]
+        spoiled = [chunk(str(number)) for number in range(250)]
+        spoiled[150] = {"type": "x-\x00"}
+        with pytest.raises(UnstorableValue):
+            await store.append("r1", spoiled, T0)
+        answers = await asyncio.gather(store.append("r1", spoiled, T0), store.append("r2", spoiled[:100], T0),
+                                       return_exceptions=True)
+        assert [type(answer).__name__ for answer in answers] == ["UnstorableValue", "AppendOutcome"]
+        assert ((await store.get_run("r1")).last_seq, (await store.get_run("r2")).last_seq) == (371, 351)
+
+    @pytest.mark.anyio
     async def test_appends_sent_together_each_commit_or_fail_alone(self, store: Store) -> None:
         """Small appends sent in one turn of the loop, which a group commit takes together (a
         SQLite batch, a PostgreSQL merged commit): each refused one leaves nothing of itself,

@@ -505,3 +505,161 @@ def test_optional_fields_may_be_null() -> None:
         {"type": "tool/result", "toolCallId": "c", "content": "x", "isError": None},
         {"type": "turn/end", "stopReason": "completed", "usage": None, "error": None},
     ])
+
+
+# -- the msgspec fast check ----------------------------------------------------------------------
+
+def _mostly(good: list[Any] | st.SearchStrategy[Any],
+            bad: list[Any] | st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly one of ``good``, now and then one of ``bad`` (values or a strategy each)."""
+    good_values = good if isinstance(good, st.SearchStrategy) else st.sampled_from(good)
+    bad_values = bad if isinstance(bad, st.SearchStrategy) else st.sampled_from(bad)
+    return st.integers(0, 7).flatmap(lambda n: bad_values if n == 7 else good_values)
+
+
+# Values at and around each bound the fast check and the models draw, most of them accepted by
+# both, so that a batch of several is often accepted whole by the fast check.
+_counts = _mostly([0, 7, 2**53 - 1, None], [2**53, -1, True, 2.0, 2.5, "1"])
+_texts = _mostly(st.text(max_size=3), [5, None, ["a"]])
+_usages = _mostly(
+    st.fixed_dictionaries({"inputTokens": _counts, "outputTokens": _counts},
+                          optional={"cacheReadTokens": _counts, "cacheWriteTokens": _counts, "extra": _json_values}),
+    _json_values)
+_near_blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": _texts}),
+    st.fixed_dictionaries({"type": st.just("tool_call"), "id": _texts, "name": _texts,
+                           "input": _mostly(st.just({"q": 1}), _json_values)}),
+    st.fixed_dictionaries(
+        {"type": _mostly(["text", "reasoning", "tool_call"], ["tool_result", "step-start", 3])},
+        optional={"text": _texts, "signature": st.sampled_from([None, "s", 1]), "id": _texts, "name": _texts,
+                  "input": st.one_of(st.just({}), _json_values), "toolCallId": st.text(max_size=2),
+                  "content": _texts, "extra": _json_values}))
+_event_ids = _mostly([None, "e", "e" * 200, "😀" * 200], ["", "e" * 201, "😀" * 201, 7, True])
+_common = {"eventId": _event_ids, "ts": _mostly([None], ["2026-01-01T00:00:00Z", "yesterday", 1]),
+           "extra": _json_values}
+_near_chunks = st.fixed_dictionaries(
+    {"type": _mostly(["assistant/chunk"], ["assistant/message", "x-c"]),
+     "delta": _mostly(
+         st.fixed_dictionaries({"type": _mostly(["text", "reasoning", "tool_call"], ["other", None])},
+                               optional={"text": _texts, "id": _texts, "extra": _json_values}),
+         _json_values)},
+    optional=_common)
+_near_messages = st.fixed_dictionaries(
+    {"type": _mostly(["assistant/message"], ["assistant/chunk", "x-m", "turn/end"]),
+     "message": _mostly(
+         st.fixed_dictionaries({"content": _mostly(st.lists(_near_blocks, max_size=3), _texts)},
+                               optional={"id": _texts, "usage": _usages, "stopReason": _texts,
+                                         "error": _json_values, "extra": _json_values}),
+         _json_values)},
+    optional={**_common, "stopReason": st.sampled_from(["completed", "done"])})
+_near_events = _mostly(st.one_of(_near_chunks, _near_messages), st.one_of(_near_text_deltas, _json_values))
+
+
+# Events the fast check accepts, then one of their values replaced (or removed) by a value near
+# a bound of some field: every way to step just outside what it should accept.
+_fast_chunks = st.fixed_dictionaries(
+    {"type": st.just("assistant/chunk"),
+     "delta": st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["text", "reasoning"]),
+                                               "text": st.text(max_size=3)}),
+                        st.fixed_dictionaries({"type": st.just("tool_call")}, optional={"id": st.text(max_size=2)}))},
+    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]), "ts": st.none(), "extra": _json_values})
+_fast_blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=3)}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "text": st.text(max_size=3)},
+                          optional={"signature": st.one_of(st.none(), st.text(max_size=2))}),
+    st.fixed_dictionaries({"type": st.just("tool_call"), "id": st.text(max_size=2), "name": st.text(max_size=2),
+                           "input": st.dictionaries(st.text(max_size=2), _json_values, max_size=2)}))
+_fast_counts = st.sampled_from([0, 7, 2**53 - 1])
+_fast_messages = st.fixed_dictionaries(
+    {"type": st.just("assistant/message"),
+     "message": st.fixed_dictionaries(
+         {"content": st.lists(_fast_blocks, max_size=3)},
+         optional={"id": st.one_of(st.none(), st.text(max_size=2)),
+                   "stopReason": st.one_of(st.none(), st.text(max_size=2)),
+                   "error": _json_values,
+                   "usage": st.one_of(st.none(), st.fixed_dictionaries(
+                       {"inputTokens": _fast_counts, "outputTokens": _fast_counts},
+                       optional={"cacheReadTokens": st.one_of(st.none(), _fast_counts),
+                                 "cacheWriteTokens": st.one_of(st.none(), _fast_counts)}))})},
+    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]), "ts": st.none()})
+_HAZARDS: list[Any] = [None, "", "e" * 201, "😀" * 201, -1, 2**53, True, False, 2.0, 2.5, "x", "text", "tool_result",
+            "step-start", "x-e", "turn/end", "2026-01-01T00:00:00Z", "yesterday", [], {}, [{}], 7]
+_REMOVED = object()
+
+
+def _places(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value inside ``value`` (dict keys and list positions)."""
+    found = [path] if path else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _places(item, (*path, key))
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            found += _places(item, (*path, position))
+    return found
+
+
+@st.composite
+def _spoiled_events(draw: st.DrawFn) -> Any:
+    event = copy.deepcopy(draw(st.one_of(_fast_chunks, _fast_messages)))
+    places = _places(event)
+    path = draw(st.sampled_from(places))
+    value = draw(st.sampled_from([*_HAZARDS, _REMOVED]))
+    parent = event
+    for step in path[:-1]:
+        parent = parent[step]
+    if value is _REMOVED:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return event
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.one_of(_fast_chunks, _fast_messages, _spoiled_events()), min_size=1, max_size=3))
+def test_the_fast_check_accepts_no_event_a_step_outside(events: list[Any]) -> None:
+    """Events the fast check accepts, each possibly with one value replaced by one near a bound (or
+    removed): validation answers exactly as the models alone."""
+    from lastword.rules.events import fast_accepts, validate_in_full
+
+    assert _outcome(validate_events, events) == _outcome(validate_in_full, events)
+    if fast_accepts(events):
+        validate_in_full(events)
+
+
+def _outcome(check: Any, events: list[Any]) -> dict[str, Any] | None:
+    try:
+        check(events)
+    except Unprocessable as error:
+        return error.problem()
+    return None
+
+
+@settings(max_examples=2500, deadline=None)
+@given(st.lists(_near_events, min_size=1, max_size=2))
+def test_the_fast_check_changes_no_answer(events: list[Any]) -> None:
+    """For any batch, validation with the msgspec fast check accepts, or refuses with the same
+    problem, exactly as the models alone (the fast check only ever accepts what they accept)."""
+    from lastword.rules.events import fast_accepts, validate_in_full
+
+    assert _outcome(validate_events, events) == _outcome(validate_in_full, events)
+    if fast_accepts(events):
+        validate_in_full(events)
+
+
+def test_the_common_events_take_the_fast_check() -> None:
+    """Text, reasoning and tool-call chunks and assistant messages with usage, ids and null ts are
+    accepted by the fast check (so a streamed session skips the models)."""
+    from lastword.rules.events import fast_accepts
+
+    events = [chunk("a"), chunk("", "e" * 200), {**chunk("a"), "ts": None, "extra": [1]},
+              VALID_EVENTS["reasoning-chunk"], VALID_EVENTS["tool-call-chunk"],
+              message_with({"type": "text", "text": "x"}, {"type": "reasoning", "text": "", "signature": "s"},
+                           {"type": "tool_call", "id": "c", "name": "n", "input": {}},
+                           id="m", usage={"inputTokens": 1, "outputTokens": 2**53 - 1, "cacheReadTokens": None},
+                           stopReason="end_turn", error=None)]
+    assert fast_accepts(events)
+    for refused_or_left in ({**chunk("a"), "ts": "2026-01-01T00:00:00Z"}, {**chunk("a"), "eventId": "e" * 201},
+                            message_with(usage={"inputTokens": True, "outputTokens": 1}),
+                            message_with({"type": "step-start"}), {"type": "turn/end", "stopReason": "completed"}):
+        assert not fast_accepts([*events, refused_or_left])

@@ -73,15 +73,54 @@ def storable_json(value: Any, index: int | None = None) -> bytes:
 
 #: Events encoded between two looks at the event loop.
 ENCODE_SLICE = 256
+#: Fewer events than this are encoded one by one: for one event (a streaming child's request)
+#: the slice's steps cost more than they save (15,500 instructions against 8,600).
+ENCODE_ALONE = 8
 
 
 async def encode_events(events: list[dict[str, Any]], max_event_bytes: int) -> list[str]:
     """Each pushed event's JSON as it will be stored; 413 naming the first event over
     ``max_event_bytes`` (its index, so a streamed body keeps the events before it)."""
-    encoded = []
-    for index, event in enumerate(events):
-        if index % ENCODE_SLICE == ENCODE_SLICE - 1:
+    if len(events) < ENCODE_ALONE:
+        return _encode_each(events, 0, max_event_bytes)
+    encoded: list[str] = []
+    for start in range(0, len(events), ENCODE_SLICE):
+        if start:
             await asyncio.sleep(0)  # a big batch is encoded without holding the event loop
+        encoded += _encode_slice(events[start : start + ENCODE_SLICE], start, max_event_bytes)
+    return encoded
+
+
+#: A JSON text shorter than this cannot nest deeper than :data:`MAX_NESTING`: each level takes
+#: two bytes at least (``[]``, ``{}``).
+SHALLOW_BYTES = 2 * (MAX_NESTING + 1)
+
+
+def _encode_slice(events: list[dict[str, Any]], first_index: int, max_event_bytes: int) -> list[str]:
+    """:func:`encode_events` of a slice whose first event is ``first_index``.
+
+    Calling :func:`storable_json` once an event was two thirds of the encoding: here each event
+    is written plainly, in C (``map``); a slice whose every event is shorter than
+    :data:`SHALLOW_BYTES` cannot nest too deeply, any other is written once more whole, in as many
+    lists as :func:`storable_json` puts each event in (the same check for all of them). A slice
+    that fails, or holds an event over the limit, goes event by event as before, so the first
+    refusal is the same one.
+    """
+    try:
+        bodies = list(map(orjson.dumps, events))
+        longest = max(map(len, bodies), default=0)
+        if longest >= SHALLOW_BYTES:
+            orjson.dumps([[[events]]])  # each event NESTING_HEADROOM lists deep, as storable_json writes it
+    except orjson.JSONEncodeError:
+        return _encode_each(events, first_index, max_event_bytes)
+    if longest > max_event_bytes:
+        return _encode_each(events, first_index, max_event_bytes)
+    return list(map(bytes.decode, bodies))
+
+
+def _encode_each(events: list[dict[str, Any]], first_index: int, max_event_bytes: int) -> list[str]:
+    encoded = []
+    for index, event in enumerate(events, first_index):
         body = storable_json(event, index)
         if len(body) > max_event_bytes:
             raise EventTooLarge(

@@ -3,6 +3,13 @@
 Validation only checks: what is stored is the event exactly as it was sent (every field kept,
 in the order sent), never a re-serialised model. Models are strict, so a string where a number
 belongs is refused rather than coerced.
+
+The pydantic models are the rule and say why an event is refused. A batch is first offered to
+a narrower description of the common events in msgspec (:func:`fast_accepts`), which checks a
+batch of 1,000 small events in a quarter of the time; anything it does not accept whole (an
+event it does not describe, a refused one) goes through the models as before, so a refusal is
+always theirs, word for word. A property test holds the narrow description to accepting only
+what the models accept.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -394,11 +402,102 @@ def is_plain_text_delta(event: Any) -> bool:
     return True
 
 
+# -- the fast check: a subset of the models above, in msgspec -------------------------------------
+#
+# Each type below accepts a subset of what its model accepts: the same field names and types,
+# strict (no bool for an int, no float for an int, where the models take a whole 2.0: that
+# event goes to the models), unknown fields ignored as the models keep them unchecked. Left to
+# the models: ``ts`` (only null here: the RFC 3339 check is theirs), ``turn/end`` (its stop
+# reason), ``x-`` events, tool results, user messages, steps, and blocks other than text,
+# reasoning and tool calls.
+
+_FastEventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_LENGTH)]
+_FastTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
+
+
+class _FastTextDelta(msgspec.Struct, tag_field="type", tag="text", gc=False):
+    text: str
+
+
+class _FastReasoningDelta(msgspec.Struct, tag_field="type", tag="reasoning", gc=False):
+    text: str
+
+
+class _FastToolCallDelta(msgspec.Struct, tag_field="type", tag="tool_call", gc=False):
+    pass
+
+
+class _FastTextBlock(msgspec.Struct, tag_field="type", tag="text", gc=False):
+    text: str
+
+
+class _FastReasoningBlock(msgspec.Struct, tag_field="type", tag="reasoning", gc=False):
+    text: str
+    signature: str | None = None
+
+
+class _FastToolCallBlock(msgspec.Struct, tag_field="type", tag="tool_call", gc=False):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class _FastUsage(msgspec.Struct, gc=False):
+    inputTokens: _FastTokens
+    outputTokens: _FastTokens
+    cacheReadTokens: _FastTokens | None = None
+    cacheWriteTokens: _FastTokens | None = None
+
+
+class _FastMessageBody(msgspec.Struct, gc=False):
+    content: list[_FastTextBlock | _FastReasoningBlock | _FastToolCallBlock]
+    id: str | None = None
+    usage: _FastUsage | None = None
+    stopReason: str | None = None
+    error: Any = None
+
+
+class _FastChunk(msgspec.Struct, tag_field="type", tag="assistant/chunk", gc=False):
+    delta: _FastTextDelta | _FastReasoningDelta | _FastToolCallDelta
+    eventId: _FastEventId | None = None
+    ts: None = None
+
+
+class _FastMessage(msgspec.Struct, tag_field="type", tag="assistant/message", gc=False):
+    message: _FastMessageBody
+    eventId: _FastEventId | None = None
+    ts: None = None
+
+
+class _FastBatch(msgspec.Struct, gc=False):
+    # A Struct: msgspec reads its field types once. A ``list[...]`` type handed to ``convert`` is
+    # read again on every call (3.5 µs, ten times an event's check: an NDJSON body checks each
+    # line alone).
+    events: list[_FastChunk | _FastMessage]
+
+
+def fast_accepts(events: list[Any]) -> bool:
+    """Whether every event is one the narrow description accepts (then the models would too);
+    False says nothing: the models decide."""
+    try:
+        msgspec.convert({"events": events}, _FastBatch)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
     """Check a batch of parsed events; raise 422 naming the first bad event's index and field.
 
     ``index_offset`` is the position of ``events[0]`` in the request (NDJSON lines).
     """
+    if fast_accepts(events):
+        return
+    validate_in_full(events, index_offset=index_offset)
+
+
+def validate_in_full(events: list[Any], *, index_offset: int = 0) -> None:
+    """:func:`validate_events` by the models alone (text chunks by :func:`is_plain_text_delta`)."""
     positions = [index for index, event in enumerate(events) if not is_plain_text_delta(event)]
     if not positions:
         return

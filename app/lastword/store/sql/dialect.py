@@ -4,6 +4,8 @@ held by the store (:class:`lastword.store.sql.store.SqlStore`) and handed to the
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
 from lastword.store.notices import Notice, StreamNotice
@@ -65,6 +67,45 @@ _EVENT_ID = _EVENT_COLUMN_NAMES.index("event_id")
 _INSERT_WITHOUT_ID = "INSERT INTO events ({}) VALUES ({})".format(
     EVENT_COLUMNS, ", ".join("NULL" if column == "event_id" else "?" for column in _EVENT_COLUMN_NAMES))
 
+#: Rows without an eventId that one statement inserts (SQLite binds at most 32,766 parameters).
+ROWS_PER_INSERT = 100
+#: The columns every row of one append shares (bound once a statement), and each row's own.
+_SHARED_COLUMNS = [column for column in _EVENT_COLUMN_NAMES if column in ("run_id", "turn", "received_at")]
+_OWN_COLUMNS = [column for column in _EVENT_COLUMN_NAMES if column in ("seq", "type", "body")]
+_shared_values = itemgetter(*(_EVENT_COLUMN_NAMES.index(column) for column in _SHARED_COLUMNS))
+_own_values = itemgetter(*(_EVENT_COLUMN_NAMES.index(column) for column in _OWN_COLUMNS))
+_event_id_of = itemgetter(_EVENT_ID)
+# The shared values as parameters in the select list (in column order, so they come first), the
+# rows' own as the columns of a VALUES list.
+_INSERT_ROWS_WITHOUT_ID = "INSERT INTO events ({}) SELECT {} FROM (VALUES {})".format(
+    EVENT_COLUMNS,
+    ", ".join("NULL" if column == "event_id" else "?" if column in _SHARED_COLUMNS
+              else f"column{_OWN_COLUMNS.index(column) + 1}" for column in _EVENT_COLUMN_NAMES),
+    ", ".join(["(" + ", ".join("?" * len(_OWN_COLUMNS)) + ")"] * ROWS_PER_INSERT),
+)
+
+
+def _insert_hundreds(tx: Tx, rows: list[tuple[Any, ...]]) -> int:
+    """Insert the first rows (none with an eventId) :data:`ROWS_PER_INSERT` at a statement, if they
+    share their run, turn and time (one append's do); how many were inserted.
+
+    One statement a row was two fifths of an append's instructions on the writer thread: each
+    row bound seven values and ran the statement once. A hundred rows a statement bind their
+    shared values once and run it once (20,300 -> 11,100 instructions a row, measured alone).
+    """
+    whole = len(rows) - len(rows) % ROWS_PER_INSERT
+    if not whole:
+        return 0
+    shared = set(map(_shared_values, rows[:whole]))
+    if len(shared) != 1:
+        return 0
+    first = list(shared.pop())
+    values = list(chain.from_iterable(map(_own_values, rows[:whole])))
+    step = len(_OWN_COLUMNS) * ROWS_PER_INSERT
+    for start in range(0, len(values), step):
+        tx.run(_INSERT_ROWS_WITHOUT_ID, first + values[start:start + step])
+    return whole
+
 
 class SqliteDialect:
     """SQLite's: one writer at a time, so no row locks, no feed lock and no notices."""
@@ -87,13 +128,17 @@ class SqliteDialect:
         # sqlite3 sends a None parameter through its adapter registry (a tuple key, a dict miss
         # and two attribute look-ups that fail): a seventh of an event row's insert. Rows
         # without an eventId, most of a stream, name NULL in the statement instead.
-        plain = [row[:_EVENT_ID] + row[_EVENT_ID + 1:] for row in rows if row[_EVENT_ID] is None]
-        if not plain:
+        with_ids = len(rows) - list(map(_event_id_of, rows)).count(None)
+        if with_ids == len(rows):
             insert_event_rows(tx, rows)
             return
-        if len(plain) < len(rows):
+        plain = rows
+        if with_ids:
             insert_event_rows(tx, [row for row in rows if row[_EVENT_ID] is not None])
-        tx.many(_INSERT_WITHOUT_ID, plain)
+            plain = [row for row in rows if row[_EVENT_ID] is None]
+        whole = _insert_hundreds(tx, plain)
+        if whole < len(plain):
+            tx.many(_INSERT_WITHOUT_ID, [row[:_EVENT_ID] + row[_EVENT_ID + 1:] for row in plain[whole:]])
 
     def before_feed_insert(self, tx: Tx) -> None:
         pass
