@@ -153,18 +153,11 @@ async def json_lines(
         for line in lines:
             if line.strip():
                 try:
-                    if exact:  # (most lines: loads() inlined, a call a line was a tenth of their parse)
-                        try:
-                            value = orjson.loads(line)
-                        except orjson.JSONDecodeError as error:
-                            raise MalformedJson(f"{noun} {index} is not valid JSON: {error}", index=index) from None
-                    else:
-                        value = loads(line, index, noun)
+                    batch.append((index, loads(line, index, noun, exact=exact)))
                 except LastwordError:
                     if batch:
                         yield batch
                     raise
-                batch.append((index, value))
                 index += 1
         if batch:
             yield batch
@@ -238,27 +231,16 @@ async def provider_event_batches(
 
 
 def _sse_events(found: list[str], index: int) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
-    """:func:`provider_objects` of the messages' data ``found`` (the first numbered ``index``),
-    read in one loop: most of an SSE body's events, each a few dozen bytes, so the calls per
-    event (:func:`loads`, :func:`provider_event`, a generator) cost as much as the parse."""
+    """:func:`provider_objects` of the messages' data ``found`` (the first numbered ``index``):
+    when none needs the exact-integer check and all are objects, parsed by ``map`` (most of an
+    SSE body's events, each a few dozen bytes, so the calls per event of the one-at-a-time way
+    cost as much as the parse)."""
     # One search of the piece's data for a run of 19 digits, not one per event.
-    if may_hold_inexact("\n".join(found)):
-        return provider_objects((at, loads(message, at)) for at, message in enumerate(found, index))
-    values = _all_objects(found)
-    if values is not None:
+    exact = not may_hold_inexact("\n".join(found))
+    if exact and (values := _all_objects(found)) is not None:
         return list(enumerate(values, index)), None
-    batch: list[tuple[int, dict[str, Any]]] = []
-    append = batch.append
-    parse = orjson.loads
-    for at, message in enumerate(found, index):
-        try:
-            value = parse(message)
-        except orjson.JSONDecodeError as error:
-            return batch, MalformedJson(f"event {at} is not valid JSON: {error}", index=at)
-        if type(value) is not dict:
-            return batch, InvalidProviderEvent(f"event {at} is not a JSON object", index=at)
-        append((at, value))
-    return batch, None
+    # Some event to check or to refuse: one at a time, so the first problem is named.
+    return provider_objects((at, loads(message, at, exact=exact)) for at, message in enumerate(found, index))
 
 
 #: Whole messages of the shape providers send (an optional ``event:`` line, one ``data: `` line,
