@@ -517,10 +517,10 @@ def test_a_subscriber_that_stops_reading_costs_bounded_memory_and_resumes_with_n
         "LASTWORD_KEEPALIVE_SECONDS": "60",
         "LASTWORD_LOG_LEVEL": "error",
     }, cwd=REPO).start()
+    stalled = socket.socket()
     try:
         with httpx.Client(base_url=server.url, timeout=30) as api:
             run_id = create_run(api)
-            stalled = socket.socket()
             stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
             stalled.settimeout(SOCKET_TIMEOUT)
             stalled.connect((urlsplit(server.url).hostname, server.port))
@@ -566,4 +566,5 @@ def test_a_subscriber_that_stops_reading_costs_bounded_memory_and_resumes_with_n
             total = api.get(f"/v1/runs/{run_id}").json()["lastSeq"]
             assert seen[1:] + _sse_ids(rest) == list(range(seen[0] + 1, total + 1))
     finally:
+        stalled.close()  # (also when an assertion failed: left open, it failed a later test as unraisable)
         server.kill()
