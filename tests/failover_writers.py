@@ -98,5 +98,7 @@ def out_of_order(logged_ids: list[str]) -> list[str]:
 
 def pause_after(acknowledged_at: list[float], killed_at: float) -> float:
     """Seconds from ``killed_at`` to the first acknowledgement of a request sent after it (one
-    in flight at the kill may still have been acknowledged by the old primary just after)."""
-    return min(at for at in acknowledged_at if at > killed_at + 0.5) - killed_at
+    in flight at the kill may still have been acknowledged by the old primary just after); when
+    every acknowledgement came sooner than that (a failover under half a second), the first."""
+    later = [at for at in acknowledged_at if at > killed_at + 0.5] or [at for at in acknowledged_at if at > killed_at]
+    return min(later) - killed_at
