@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -44,3 +45,28 @@ def test_importing_the_package_leaves_other_loggers_alone() -> None:
             "print(before, logging.getLogger('httpx').level)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == ["0", "30"]
+
+
+def test_a_line_holds_its_own_second_and_its_context_in_the_order_given() -> None:
+    """Lines a second apart carry their own seconds (the formatter keeps the last one it wrote);
+    the extra context follows the standard fields in the order it was given, private names left out."""
+    import logging
+
+    from lastword.http.logs import JsonFormatter
+
+    formatter = JsonFormatter()
+    formatter.converter = time.gmtime
+
+    def line(created: float, extra: dict[str, object]) -> str:
+        record = logging.LogRecord("lastword.access", logging.INFO, __file__, 1, "%s done", ("it",), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        record.__dict__.update(extra)
+        return formatter.format(record)
+
+    assert line(1000.5, {"path": "/a", "_hidden": 1, "status": 204}) == (
+        '{"ts":"1970-01-01T00:16:40.500Z","level":"info","logger":"lastword.access","message":"it done",'
+        '"path":"/a","status":204}')
+    assert line(1001.25, {"status": 200, "path": "/b"}) == (
+        '{"ts":"1970-01-01T00:16:41.250Z","level":"info","logger":"lastword.access","message":"it done",'
+        '"status":200,"path":"/b"}')
+    assert line(1000.75, {}).startswith('{"ts":"1970-01-01T00:16:40.750Z"')
