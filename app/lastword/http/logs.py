@@ -78,7 +78,7 @@ def configure_logging(level: str) -> None:
     # A line never prints where it was logged from, nor its thread or process: without these,
     # every record (one a request) walks the stack and asks for them, a sixth of its cost
     # (the logging HOWTO's "Optimization" names these switches).
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
