@@ -9,7 +9,6 @@ beyond its MCP mount, and serves ``app.state.core``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import ipaddress
 import logging
 import time
@@ -40,13 +39,15 @@ from lastword.errors import (
 )
 from lastword.core import Core, open_core
 from lastword.http.access import AccessControl
-from lastword.http.api import event_schema_components
+from lastword.http.api import PlainRoute, event_schema_components
 from lastword.http.api import router as api_router
 from lastword.http.api_docs import document
 from lastword.http.dashboard import router as dashboard_router
 from lastword.http.docs_pages import router as docs_router
-from lastword.http import ds as ds_face
+from lastword.http import direct as direct_way
+from lastword.http.direct import Direct
 from lastword.http.ds import route as ds_route
+from lastword.http.ds import stream_route
 from lastword.http.head import HeadAsGet
 from lastword.http.logs import RequestLog
 from lastword.http.mcp_mount import McpMount
@@ -142,21 +143,26 @@ _QUIET_REFUSAL = _QuietRefusal()
 
 
 class App(FastAPI):
-    """FastAPI, with a short way in for a Durable Streams append (``POST /ds/…``, once per
-    message of a token stream).
+    """FastAPI, with a short way in for the appends a producer sends once per delta or message
+    (``POST /ds/…``, ``…/events``, ``…/chunks``, ``…/end``: :mod:`lastword.http.direct`).
 
     FastAPI runs every request through its own layers (the server error middleware, its
     telemetry and body-limit middlewares, the exception middleware, an exit stack, the router,
-    the route's request/response wrapper) around ours. An append goes through the server error
-    middleware and the same middlewares of ours (:meth:`add_middleware`, in the same order) to
-    :func:`lastword.http.ds.serve`, which runs the route with the app's exception handlers. So
-    it is logged, checked for its origin and token, and refused or failed with the same answers;
-    what it skips does nothing for it: FastAPI's telemetry is off (when it is on, every request
-    takes FastAPI's way), no body limit of FastAPI's is set, no dependency is solved.
+    the route's request/response wrapper) around ours. Such an append goes through the server
+    error middleware and the same middlewares of ours (:meth:`add_middleware`, in the same order)
+    to :func:`lastword.http.direct.serve`, which runs the route with the app's exception
+    handlers. So it is logged, checked for its origin and token, and refused or failed with the
+    same answers; what it skips does nothing for it: FastAPI's telemetry is off (when it is on,
+    every request takes FastAPI's way), no body limit of FastAPI's is set, no dependency is
+    solved (the routes have none).
     """
 
-    #: The way in for an append (None: FastAPI's for every request), built with the middleware stack.
+    #: The routes the short way takes (set by :func:`create_app`, before the first request).
+    directs: tuple[Direct, ...] = ()
+    #: The way in for those (None: FastAPI's for every request), built with the middleware stack.
     _direct: ASGIApp | None = None
+    #: The exception handlers the short way runs a route with.
+    _handlers: dict[Any, Any] = {}
 
     def build_middleware_stack(self) -> ASGIApp:
         stack = super().build_middleware_stack()
@@ -164,7 +170,8 @@ class App(FastAPI):
         # request), not per request, where it was a tenth of an append's time in the app: a
         # global OpenTelemetry provider is set before the app runs (by the SDK's instrumentation
         # or the code that starts it), and cannot be replaced once set.
-        if self.root_path or self.max_body_size is not None or self._native_telemetry.enabled():
+        if (not self.directs or self.root_path or self.max_body_size is not None
+                or self._native_telemetry.enabled()):
             self._direct = None
             return stack
         server_error = None
@@ -174,23 +181,35 @@ class App(FastAPI):
                 server_error = value
             else:
                 handlers[key] = value
-        direct: ASGIApp = functools.partial(ds_face.serve, handlers=handlers)
+        self._handlers = handlers
+        direct: ASGIApp = self._serve_direct
         for cls, args, kwargs in reversed(self.user_middleware):
             direct = cls(direct, *args, **kwargs)
         self._direct = ServerErrorMiddleware(direct, handler=server_error, debug=self.debug)
         return stack
 
+    async def _serve_direct(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route, params = scope.pop(_DIRECT_KEY)  # found by __call__, carried past the middlewares
+        await direct_way.serve(scope, receive, send, route, params, handlers=self._handlers)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and ds_face.direct(scope) and MAX_BODY_SIZE_SCOPE_KEY not in scope
+        if (scope["type"] == "http" and scope["method"] == "POST" and MAX_BODY_SIZE_SCOPE_KEY not in scope
                 and "fastapi.telemetry" not in scope):
-            if self.middleware_stack is None:
-                self.middleware_stack = self.build_middleware_stack()
-            if self._direct is not None:
-                scope["app"] = self
-                scope.setdefault("router", self.router)
-                await self._direct(scope, receive, send)
-                return
+            found = direct_way.find(self.directs, scope)
+            if found is not None:
+                if self.middleware_stack is None:
+                    self.middleware_stack = self.build_middleware_stack()
+                if self._direct is not None:
+                    scope["app"] = self
+                    scope.setdefault("router", self.router)
+                    scope[_DIRECT_KEY] = found
+                    await self._direct(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
+
+
+#: Where :class:`App` hands the route it found to the end of its short way.
+_DIRECT_KEY = "lastword.direct"
 
 
 def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
@@ -235,6 +254,12 @@ def create_app(settings: Settings | None = None, *, clock: Callable[[], float] =
     # route before its own; no other route's path starts with /ds/.
     app.router.routes.append(ds_route)
     app.include_router(api_router)
+    # The appends a producer sends once per delta or message take the short way in. No route
+    # before them takes a POST to their paths: /ds/ is the first route, and the API's are the
+    # only others under /v1/runs/ (tests/test_direct_routes.py holds FastAPI's router to that).
+    app.directs = (direct_way.direct(ds_route, stream_route),
+                   *(direct_way.direct(route, route.get_route_handler())
+                     for route in api_router.routes if isinstance(route, PlainRoute)))
     app.include_router(stream_router)
     app.include_router(dashboard_router)
     app.include_router(docs_router)

@@ -311,44 +311,6 @@ async def _read(request: Request, name: str) -> Response:
 #: Out of the OpenAPI schema (``include_in_schema``): :mod:`lastword.http.ds_docs` describes it.
 route = Route("/ds/{path:path}", stream_route, methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
               include_in_schema=False)
-PREFIX = "/ds/"
-#: The methods :func:`serve` takes: each answered with a plain response (no stream, no body to
-#: send in pieces), which nothing can fail in the middle of.
-DIRECT_METHODS = frozenset({"POST"})
-Handler = Callable[[Request, Exception], Awaitable[Response]]
-
-
-def direct(scope: Scope) -> bool:
-    """Whether :func:`serve` takes this request (``scope["type"]`` is ``http``): a method of
-    :data:`DIRECT_METHODS` on a path :data:`route` matches, with no ``root_path`` to strip."""
-    return (scope["method"] in DIRECT_METHODS and scope["path"].startswith(PREFIX) and not scope.get("root_path")
-            and route.path_regex.match(scope["path"]) is not None)
-
-
-async def serve(scope: Scope, receive: Receive, send: Send, handlers: Mapping[Any, Handler]) -> None:
-    """:data:`route` for a request under :data:`PREFIX` with a method of :data:`DIRECT_METHODS`,
-    run as the router runs it (its path parameter, ``scope["route"]`` and ``scope["endpoint"]``)
-    and with the app's exception handlers (``handlers``: those of ``ExceptionMiddleware``, not
-    the one for ``Exception``, which is the server error middleware's), as Starlette's
-    ``request_response`` runs them, but without the layers that cost an append more than its
-    own work (:mod:`lastword.main` sends it here)."""
-    scope["path_params"] = {"path": scope["path"][len(PREFIX):]}
-    scope["endpoint"] = stream_route
-    scope["route"] = route
-    request = Request(scope, receive, send)
-    try:
-        response = await stream_route(request)
-    except Exception as error:
-        handler = None
-        if isinstance(error, HTTPException):
-            handler = handlers.get(error.status_code)
-        if handler is None:
-            handler = next((handlers[kind] for kind in type(error).__mro__ if kind in handlers), None)
-        if handler is None:
-            raise
-        response = await handler(request, error)
-        error.__traceback__ = None
-    await response(scope, receive, send)
 
 
 def _control(found: Slice, service: StreamService, client_cursor: str | None) -> bytes:
