@@ -12,7 +12,7 @@ waits for its end, and a body cut off midway keeps what arrived (a retry with th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -35,6 +35,7 @@ from lastword.ingest.outcome import Progress, Stored
 from lastword.rules.records import AppendOutcome
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 #: Stores a list of pushed events in one run (the face's: it encodes them within its limits).
 Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]
 
@@ -111,6 +112,27 @@ class _Position:
 
 
 async def ingest_ndjson(body: Body, limit: int, append: Append) -> Stored:
+    """NDJSON applied line by line as the body streams in (see :func:`_apply_lines`).
+
+    The body is read in a task of its own (:func:`shallow`): a streaming child's request stays
+    open for its whole run and wakes twice per line it sends (its piece came, its commit came).
+    """
+    return await shallow(_ingest_ndjson(body, limit, append))
+
+
+async def shallow(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``await coroutine``, run in a task of its own whose stack is a few frames deep.
+
+    A task is resumed through every frame it awaits in: a request's own task, under every
+    middleware and the router, is some thirty frames deep, and each wake-up of a body that
+    streams for minutes (a piece came, a commit came) went down all of them and back up. The
+    request's task waits once instead; cancelling it cancels this task too (a task cancels
+    the future it waits on), and what this one raises is raised there.
+    """
+    return await asyncio.ensure_future(coroutine)
+
+
+async def _ingest_ndjson(body: Body, limit: int, append: Append) -> Stored:
     progress = Progress()
     position = _Position()
     try:
@@ -185,7 +207,12 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
 
 
 async def ingest_text(body: Body, limit: int, append: Append) -> Stored:
-    """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces."""
+    """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces
+    (read in a task of its own, as :func:`ingest_ndjson` reads its body)."""
+    return await shallow(_ingest_text(body, limit, append))
+
+
+async def _ingest_text(body: Body, limit: int, append: Append) -> Stored:
     progress = Progress()
     try:
         async for text in body_text(body_pieces(body, limit)):
