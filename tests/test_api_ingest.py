@@ -300,6 +300,21 @@ def test_ndjson_bad_line_keeps_the_lines_before_it(api: httpx.Client, streamed: 
     assert ingested(api, run_id) == [chunk("a"), chunk("b")]
 
 
+def test_ndjson_piece_answers_its_first_bad_line_alone(api: httpx.Client) -> None:
+    """The lines of one piece are checked together, yet the answer is the first bad line's, as if
+    they came one by one: its index, line and errors only (not a later line's, not the malformed
+    one after it), with the lines before it stored."""
+    run_id = create_run(api)
+    body = (ndjson(chunk("a"), {"type": "assistant/chunk"}, {"type": "assistant/message"}, chunk("b"))
+            + b'{"type": \n' + ndjson(chunk("c")))
+    problem = assert_problem(api.post(f"/v1/runs/{run_id}/events", content=body, headers=NDJSON),
+                             422, "invalid_event")
+    assert (problem["index"], problem["line"], problem["field"]) == (1, 2, "delta")
+    assert {error["index"] for error in problem["errors"]} == {1}
+    assert problem["accepted"] == 1
+    assert ingested(api, run_id) == [chunk("a")]
+
+
 def test_ndjson_malformed_line_is_400_naming_it(api: httpx.Client) -> None:
     """An NDJSON line that is not JSON is 400 naming the line, after storing the lines before it."""
     run_id = create_run(api)

@@ -12,7 +12,7 @@ waits for its end, and a body cut off midway keeps what arrived (a retry with th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -35,6 +35,7 @@ from lastword.ingest.outcome import Progress, Stored
 from lastword.rules.records import AppendOutcome
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 #: Stores a list of pushed events in one run (the face's: it encodes them within its limits).
 Append = Callable[[list[dict[str, Any]]], Awaitable[AppendOutcome]]
 
@@ -111,6 +112,27 @@ class _Position:
 
 
 async def ingest_ndjson(body: Body, limit: int, append: Append) -> Stored:
+    """NDJSON applied line by line as the body streams in (see :func:`_apply_lines`).
+
+    The body is read in a task of its own (:func:`shallow`): a streaming child's request stays
+    open for its whole run and wakes twice per line it sends (its piece came, its commit came).
+    """
+    return await shallow(_ingest_ndjson(body, limit, append))
+
+
+async def shallow(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``await coroutine``, run in a task of its own whose stack is a few frames deep.
+
+    A task is resumed through every frame it awaits in: a request's own task, under every
+    middleware and the router, is some thirty frames deep, and each wake-up of a body that
+    streams for minutes (a piece came, a commit came) went down all of them and back up. The
+    request's task waits once instead; cancelling it cancels this task too (a task cancels
+    the future it waits on), and what this one raises is raised there.
+    """
+    return await asyncio.ensure_future(coroutine)
+
+
+async def _ingest_ndjson(body: Body, limit: int, append: Append) -> Stored:
     progress = Progress()
     position = _Position()
     try:
@@ -131,6 +153,19 @@ async def ingest_ndjson(body: Body, limit: int, append: Append) -> Stored:
 #: thousands of lines is stored in several groups. (``LASTWORD_MAX_BATCH_EVENTS`` is for JSON
 #: arrays, which are all or nothing; an NDJSON body is a stream and has no such limit.)
 NDJSON_GROUP = 500
+
+
+def _first_refused(events: list[dict[str, Any]], line_numbers: list[int], first_index: int) -> LastwordError | None:
+    """The §4 check of ``events`` one at a time: the first refusal, naming its line, with
+    ``events`` and ``line_numbers`` cut to the events before it (None: none is refused)."""
+    for at, event in enumerate(events):
+        try:
+            check_pushed([event], index_offset=first_index + at)
+        except (Unprocessable, TooDeeplyNested) as error:
+            error.extra["line"] = line_numbers[at]
+            del events[at:], line_numbers[at:]
+            return error
+    return None
 
 
 async def _apply_lines(lines: list[bytes], position: _Position, append: Append, progress: Progress, *,
@@ -155,7 +190,6 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
             event = orjson.loads(line)
             if not exact:
                 json_input.refuse_inexact(line, index=position.index)
-            check_pushed([event], index_offset=position.index)
         except orjson.JSONDecodeError as error:
             failure = MalformedJson(f"line {position.line} is not valid JSON: {error}", index=position.index)
         except (Unprocessable, TooDeeplyNested) as error:
@@ -166,6 +200,15 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
         events.append(event)
         line_numbers.append(position.line)
         position.index += 1
+    if events:
+        try:
+            # The lines of a piece checked together: a call per line cost seven times a line's
+            # share of one call (a fleet's server that falls behind reads several per piece).
+            check_pushed(events, index_offset=first_index)
+        except (Unprocessable, TooDeeplyNested):
+            # One line is refused: checked one by one, as they came, so the refusal is the
+            # same one, naming that line alone, and the lines before it are stored.
+            failure = _first_refused(events, line_numbers, first_index) or failure
     for start in range(0, len(events), NDJSON_GROUP):
         group = events[start : start + NDJSON_GROUP]
         try:
@@ -185,7 +228,12 @@ async def _apply_lines(lines: list[bytes], position: _Position, append: Append, 
 
 
 async def ingest_text(body: Body, limit: int, append: Append) -> Stored:
-    """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces."""
+    """Each piece of a ``text/plain`` body becomes one text delta, UTF-8 decoded across pieces
+    (read in a task of its own, as :func:`ingest_ndjson` reads its body)."""
+    return await shallow(_ingest_text(body, limit, append))
+
+
+async def _ingest_text(body: Body, limit: int, append: Append) -> Stored:
     progress = Progress()
     try:
         async for text in body_text(body_pieces(body, limit)):
