@@ -361,8 +361,10 @@ class Staging:
         whole[: len(head)] = head
         self._file.readinto(memoryview(whole)[len(head):])
         text = whole.decode()
+        # Where the source begins, in characters: the head's bytes when all are ASCII.
+        start = len(head) if len(text) == len(whole) else len(head.decode())
         del whole
-        event["source"] = _SourceText(text, len(head) + len(',"source":'), len(text) - 1)
+        event["source"] = _SourceText(text, start + len(',"source":'), len(text) - 1)
         return event, text
 
 
