@@ -147,6 +147,16 @@ class ProviderAdapter(abc.ABC):
     def feed(self, index: int, event: Event) -> list[Event]:
         """Translate one provider event; the §4 events it completes, in order."""
 
+    def feed_many(self, batch: Iterable[tuple[int, Event]], made: list[Event], origins: list[int]) -> None:
+        """:meth:`feed` of each ``(index, event)`` in turn: the events made appended to ``made``,
+        the index of the event that completed each to ``origins``. An event refused raises,
+        what the events before it made already appended (a body's events a piece at a time:
+        one call, not one per event, where calls cost as much as a text delta's translation)."""
+        for index, event in batch:
+            events = self.feed(index, event)
+            made += events
+            origins += [index] * len(events)
+
     @abc.abstractmethod
     def finish(self, *, end: bool = False) -> list[Event]:
         """The events the end of the body completes; with ``end``, a terminal stop ends the turn."""
