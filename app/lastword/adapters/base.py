@@ -317,11 +317,10 @@ def check_exact_text(text: str, index: int, field: str) -> None:
 
 def chunk(kind: str, text: str, event_id: str | None, source: dict[str, Any]) -> Event:
     """An ``assistant/chunk`` text or reasoning delta (with ``event_id`` unless it is None)."""
-    event: Event = {"type": "assistant/chunk", "delta": {"type": kind, "text": text}}
-    if event_id is not None:
-        event["eventId"] = event_id
-    event["source"] = source
-    return event
+    if event_id is None:
+        return {"type": "assistant/chunk", "delta": {"type": kind, "text": text}, "source": source}
+    # One literal: a dict grown key by key was a tenth of a text delta's translation.
+    return {"type": "assistant/chunk", "delta": {"type": kind, "text": text}, "eventId": event_id, "source": source}
 
 
 def usage_of(pairs: Iterable[tuple[str, Any]]) -> dict[str, int] | None:
