@@ -112,14 +112,18 @@ def _encode_slice(events: list[dict[str, Any]], first_index: int, max_event_byte
     return list(map(bytes.decode, bodies))
 
 
-def encode_plainly(events: list[dict[str, Any]]) -> list[bytes] | None:
+def encode_plainly(events: list[dict[str, Any]], *, shallow_only: bool = False) -> list[bytes] | None:
     """Each event's :func:`storable_json`, written in C (``map``), or None when one of them
     nests too deeply (then each goes through :func:`storable_json`, to name it): every event
     shorter than :data:`SHALLOW_BYTES` cannot, and when one is not, all are written once more
-    whole, in as many lists as :func:`storable_json` puts each event in (one check for all)."""
+    whole, in as many lists as :func:`storable_json` puts each event in (one check for all).
+    ``shallow_only``: None instead of that second writing (for events of some kilobytes it
+    cost ten times the first: its caller writes them one by one)."""
     try:
         bodies = list(map(orjson.dumps, events))
         if max(map(len, bodies), default=0) >= SHALLOW_BYTES:
+            if shallow_only:
+                return None
             orjson.dumps([[[events]]])  # each event NESTING_HEADROOM lists deep, as storable_json writes it
     except orjson.JSONEncodeError:
         return None

@@ -224,6 +224,8 @@ class Staging:
         #: By position: the chunks staged while the staged bytes were at most :data:`KEEP_BYTES`,
         #: as values too (None once the body is past it: the values are let go).
         self._kept: dict[int, dict[str, Any]] | None = {}
+        #: Whether the chunks are written by one ``map`` (:meth:`_add_chunks`).
+        self._plainly = True
 
     def __enter__(self) -> Staging:
         return self
@@ -289,11 +291,14 @@ class Staging:
 
     def _add_chunks(self, made: list[dict[str, Any]], origins: list[int], first: int, end: int) -> None:
         """Stage the chunks ``made[first:end]``, each with its id (nothing apart, no tail): written
-        by one ``map`` when none can nest too deeply or be too large, else one at a time, so a
-        refusal names the first that is."""
+        by one ``map`` when each is short enough not to nest too deeply (the usual deltas of a
+        few words), else one at a time, so a refusal names the first that is."""
         chunks = made[first:end]
-        bodies = encode_plainly(chunks)
+        bodies = encode_plainly(chunks, shallow_only=True) if self._plainly else None
         if bodies is None or max(map(len, bodies)) > min(self.limit, _PENDING):
+            # A body of long chunks is staged one by one from here on: written plainly, they
+            # would be written twice.
+            self._plainly = False
             for chunk, origin in zip(chunks, origins[first:end], strict=True):
                 self._add_chunk(chunk, origin)
             return
