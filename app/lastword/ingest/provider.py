@@ -294,14 +294,15 @@ class Staging:
         by one ``map`` when each is short enough not to nest too deeply (the usual deltas of a
         few words), else one at a time, so a refusal names the first that is."""
         chunks = made[first:end]
-        bodies = encode_plainly(chunks, shallow_only=True) if self._plainly else None
-        if bodies is None or max(map(len, bodies)) > min(self.limit, _PENDING):
+        plain = encode_plainly(chunks, shallow_only=True) if self._plainly else None
+        if plain is None or plain[1] > min(self.limit, _PENDING):
             # A body of long chunks is staged one by one from here on: written plainly, they
             # would be written twice.
             self._plainly = False
             for chunk, origin in zip(chunks, origins[first:end], strict=True):
                 self._add_chunk(chunk, origin)
             return
+        bodies = plain[0]
         start = self._written + len(self._pending)
         self._pending += b",".join(bodies)
         self._pending += b","
