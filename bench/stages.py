@@ -165,13 +165,13 @@ def report(figures: dict[str, list[float]], unit: str) -> str:
 _SUMMARY = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
 
-def _callgrind_counts(arguments: list[str]) -> list[int]:
-    """This module once more with ``arguments``, under callgrind: the instructions of each
-    stretch between two markers (the first, before the first marker, included)."""
+def callgrind_counts(module: str, arguments: list[str]) -> list[int]:
+    """``python -m module`` with ``arguments``, under callgrind: the instructions of each
+    stretch between two :func:`marker` calls (the first, before the first marker, included)."""
     with tempfile.TemporaryDirectory(prefix="lastword-stages-cg-") as directory:
         out = Path(directory) / "callgrind.out"
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-before=ffi_call",
-                   "--dump-instr=no", sys.executable, "-m", "bench.stages", *arguments]
+                   "--dump-instr=no", sys.executable, "-m", module, *arguments]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env={**os.environ, "PYTHONHASHSEED": "0"})
         dumps = sorted(Path(directory).glob("callgrind.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
@@ -188,11 +188,11 @@ def callgrind(args: argparse.Namespace) -> str:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     events = args.batches * BATCH
-    counts = _callgrind_counts(["--rounds", "1", "--batches", str(args.batches), "--no-steps"])
+    counts = callgrind_counts("bench.stages", ["--rounds", "1", "--batches", str(args.batches), "--no-steps"])
     # Dump 1 is everything before the first marker; dumps 2..5 the four stages.
     figures = {stage: [counts[1 + position] / events] for position, stage in enumerate(STAGES)}
     for kind in ("json", "ndjson"):
-        counts = _callgrind_counts(["--ingest-side", kind, "--batches", str(args.batches)])
+        counts = callgrind_counts("bench.stages", ["--ingest-side", kind, "--batches", str(args.batches)])
         figures[f"ingest side, {kind}"] = [counts[1] / events]
     return report(figures, "instr")
 

@@ -107,7 +107,9 @@ def test_sse_data_is_read_as_httpx_sse_reads_it(lines: list[str], cuts: list[int
 #: Messages as providers send them (read by the regular expressions of ``framing``), and others.
 SSE_MESSAGES = ['event: a\ndata: {"a": 1}\n\n', 'data: {"b": 2}\n\n', "event: ping\ndata: {}\n\n", "data: [DONE]\n\n",
                 "data: \n\n", 'data:{"c": 3}\n\n', 'data: {"d":\ndata: 4}\n\n', ": note\n\n", "\n",
-                'id: 1\ndata: {"e": 5}\n\n', 'data: {"f": 6}\r\n\r\n', 'event: x\ndata:  {"g": 7}\n\n', "data: 8\n\n"]
+                'id: 1\ndata: {"e": 5}\n\n', 'data: {"f": 6}\r\n\r\n', 'event: x\ndata:  {"g": 7}\n\n', "data: 8\n\n",
+                # "data: " where it is no field: in an event's name, inside a data value.
+                'event: data: {"x": 0}\ndata: {"h": "data: {}"}\n\n', 'event: data: \ndata: {"i": 9}\n\n']
 
 
 @settings(max_examples=300, deadline=None)

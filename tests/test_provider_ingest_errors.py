@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from tests.api_helpers import PROBLEM_JSON, create, logged, shared_api, shared_base_url  # noqa: F401
-from tests.provider_streams import a_text, a_tool, acp_message, acp_prompt_response, anthropic_stream, ndjson, sse
+from tests.provider_streams import a_text, a_tool, acp_message, acp_prompt_response, anthropic_stream, as_dict, ndjson, sse
 
 
 def post(api: httpx.Client, run_id: str, format: str, body: bytes, content_type: str = "text/event-stream",
@@ -125,3 +125,21 @@ def test_the_first_of_two_faults_is_named(shared_api: httpx.Client, content_type
     response = post(shared_api, run["runId"], "anthropic", body, content_type)
     assert response.status_code == 422, response.text
     assert response.json()["index"] == 1, response.text
+
+
+@pytest.mark.parametrize("levels", [245, 246])
+def test_a_text_delta_nested_too_deeply_among_others_is_named(shared_api: httpx.Client, levels: int) -> None:  # noqa: F811
+    """A text delta whose raw event nests deeper than a stored chunk may (its source holds it),
+    amid a hundred plain ones staged together: 400 too_deeply_nested naming it, nothing stored.
+    At 246 levels orjson still writes the chunk plainly (so only the nesting rule refuses it);
+    at 245 the chunk is as deep as may be served, and is stored."""
+    events = [as_dict(event) for event in anthropic_stream("msg_deep", [a_text(*"abcdef" * 20)])]
+    events[50] = {**events[50], "delta": {**events[50]["delta"], "extra": orjson.loads(b"[" * levels + b"]" * levels)}}
+    run = create(shared_api)
+    response = post(shared_api, run["runId"], "anthropic", sse(events))
+    if levels == 245:
+        assert response.status_code == 200, response.text
+        return
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "too_deeply_nested" and response.json()["index"] == 50
+    assert [item["event"]["type"] for item in logged(shared_api, run["runId"])] == ["subagent/start"]

@@ -85,3 +85,16 @@ def test_the_same_error_body_in_a_later_turn_is_that_turn_s_own(shared_api: http
     second = post(shared_api, run_id, "anthropic", body, True)
     assert second.status_code == 200 and second.json()["accepted"] == 2, second.text
     assert shared_api.get(f"/v1/runs/{run_id}/result", params={"turn": 2}).json()["stopReason"] == "error"
+
+
+@pytest.mark.parametrize("text", ["héllo wörld", "😀 \u2028", "a" * 70_000 + "é"], ids=["latin", "emoji", "big"])
+def test_a_retried_body_with_non_ascii_text_is_all_duplicates(shared_api: httpx.Client, text: str) -> None:  # noqa: F811
+    """A message whose text is not all ASCII, sent again, is a duplicate, not 409: its stored
+    source is found where it begins by characters, not by bytes."""
+    body = sse(anthropic_stream("msg_non_ascii", [a_text(text[:5], text[5:])]))
+    run_id = create(shared_api)["runId"]
+    first = post(shared_api, run_id, "anthropic", body, False)
+    assert first.status_code == 200, first.text
+    again = post(shared_api, run_id, "anthropic", body, False)
+    assert again.status_code == 200, again.text
+    assert again.json()["accepted"] == 0 and again.json()["duplicates"] == first.json()["accepted"]

@@ -21,6 +21,7 @@ the message id (see ``base.py``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -113,17 +114,32 @@ class AnthropicAdapter(ProviderAdapter):
         return self._stop
 
     def feed(self, index: int, event: Event) -> list[Event]:
-        if event.get("type") == "content_block_delta" and not self._stopped:
-            # The hot path (most of a stream): a text delta of a started text block.
-            delta, at = event.get("delta"), event.get("index")
-            block = self._blocks.get(at) if type(at) is int else None
-            if (block is not None and type(delta) is dict and delta.get("type") == "text_delta"
-                    and type(text := delta.get("text")) is str and block.start["type"] == "text"):
-                # A started block means message_start came, so the id's base is known (read()
-                # would only count the event).
-                self.events_read += 1
-                block.parts.append(text)
-                return [chunk("text", text, f"{self._base}:{index}", {"format": "anthropic", "events": [event]})]
+        made: list[Event] = []
+        self.feed_many(((index, event),), made, [])
+        return made
+
+    def feed_many(self, batch: Iterable[tuple[int, Event]], made: list[Event], origins: list[int]) -> None:
+        blocks = self._blocks
+        for index, event in batch:
+            if event.get("type") == "content_block_delta" and not self._stopped:
+                # The hot path (most of a stream): a text delta of a started text block.
+                delta, at = event.get("delta"), event.get("index")
+                block = blocks.get(at) if type(at) is int else None
+                if (block is not None and type(delta) is dict and delta.get("type") == "text_delta"
+                        and type(text := delta.get("text")) is str and block.start["type"] == "text"):
+                    # A started block means message_start came, so the id's base is known (read()
+                    # would only count the event).
+                    self.events_read += 1
+                    block.parts.append(text)
+                    made.append(chunk("text", text, f"{self._base}:{index}", {"format": "anthropic", "events": [event]}))
+                    origins.append(index)
+                    continue
+            events = self._feed(index, event)
+            made += events
+            origins += [index] * len(events)
+
+    def _feed(self, index: int, event: Event) -> list[Event]:
+        """:meth:`feed` of any event but a text delta of a started text block."""
         self.read(event)
         kind = self.need(index, event, "type", str)
         if kind == "ping":

@@ -147,6 +147,16 @@ class ProviderAdapter(abc.ABC):
     def feed(self, index: int, event: Event) -> list[Event]:
         """Translate one provider event; the §4 events it completes, in order."""
 
+    def feed_many(self, batch: Iterable[tuple[int, Event]], made: list[Event], origins: list[int]) -> None:
+        """:meth:`feed` of each ``(index, event)`` in turn: the events made appended to ``made``,
+        the index of the event that completed each to ``origins``. An event refused raises,
+        what the events before it made already appended (a body's events a piece at a time:
+        one call, not one per event, where calls cost as much as a text delta's translation)."""
+        for index, event in batch:
+            events = self.feed(index, event)
+            made += events
+            origins += [index] * len(events)
+
     @abc.abstractmethod
     def finish(self, *, end: bool = False) -> list[Event]:
         """The events the end of the body completes; with ``end``, a terminal stop ends the turn."""
@@ -307,11 +317,10 @@ def check_exact_text(text: str, index: int, field: str) -> None:
 
 def chunk(kind: str, text: str, event_id: str | None, source: dict[str, Any]) -> Event:
     """An ``assistant/chunk`` text or reasoning delta (with ``event_id`` unless it is None)."""
-    event: Event = {"type": "assistant/chunk", "delta": {"type": kind, "text": text}}
-    if event_id is not None:
-        event["eventId"] = event_id
-    event["source"] = source
-    return event
+    if event_id is None:
+        return {"type": "assistant/chunk", "delta": {"type": kind, "text": text}, "source": source}
+    # One literal: a dict grown key by key was a tenth of a text delta's translation.
+    return {"type": "assistant/chunk", "delta": {"type": kind, "text": text}, "eventId": event_id, "source": source}
 
 
 def usage_of(pairs: Iterable[tuple[str, Any]]) -> dict[str, int] | None:

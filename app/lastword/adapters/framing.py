@@ -246,7 +246,12 @@ def _sse_events(found: list[str], index: int) -> tuple[list[tuple[int, dict[str,
 #: Whole messages of the shape providers send (an optional ``event:`` line, one ``data: `` line,
 #: a blank line), one after the other.
 _PLAIN_MESSAGES = re.compile(r"(?:(?:event:[^\n]*\n)?data: [^\n]*\n\n)+")
-_PLAIN_DATA = re.compile(r"^data: (.*)$", re.MULTILINE)
+#: The data of each message, in text :data:`_PLAIN_MESSAGES` matched: there each ``data: `` line
+#: ends its message, and a ``data: `` inside an ``event:`` line or a data value is not followed
+#: by a blank line (or, in a data value, is taken with the line it is in). Not anchored at line
+#: starts: a literal first is found by a fast search (``^…`` with MULTILINE tried every position,
+#: twice the time).
+_PLAIN_DATA = re.compile(r"data: ([^\n]*)\n\n")
 
 
 def _sse_found(text: str, line_decoder: SSELineDecoder, data: list[str]) -> list[str]:

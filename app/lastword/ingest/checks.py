@@ -106,16 +106,30 @@ def _encode_slice(events: list[dict[str, Any]], first_index: int, max_event_byte
     that fails, or holds an event over the limit, goes event by event as before, so the first
     refusal is the same one.
     """
+    plain = encode_plainly(events)
+    if plain is None or plain[1] > max_event_bytes:
+        return _encode_each(events, first_index, max_event_bytes)
+    return list(map(bytes.decode, plain[0]))
+
+
+def encode_plainly(events: list[dict[str, Any]], *, shallow_only: bool = False) -> tuple[list[bytes], int] | None:
+    """Each event's :func:`storable_json`, written in C (``map``), and the longest's size; or
+    None when one of them nests too deeply (then each goes through :func:`storable_json`, to
+    name it): every event
+    shorter than :data:`SHALLOW_BYTES` cannot, and when one is not, all are written once more
+    whole, in as many lists as :func:`storable_json` puts each event in (one check for all).
+    ``shallow_only``: None instead of that second writing (for events of some kilobytes it
+    cost ten times the first: its caller writes them one by one)."""
     try:
         bodies = list(map(orjson.dumps, events))
         longest = max(map(len, bodies), default=0)
         if longest >= SHALLOW_BYTES:
+            if shallow_only:
+                return None
             orjson.dumps([[[events]]])  # each event NESTING_HEADROOM lists deep, as storable_json writes it
     except orjson.JSONEncodeError:
-        return _encode_each(events, first_index, max_event_bytes)
-    if longest > max_event_bytes:
-        return _encode_each(events, first_index, max_event_bytes)
-    return list(map(bytes.decode, bodies))
+        return None
+    return bodies, longest
 
 
 def _encode_each(events: list[dict[str, Any]], first_index: int, max_event_bytes: int) -> list[str]:

@@ -36,7 +36,10 @@ import asyncio
 import re
 import tempfile
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import AsyncIterator, Iterator
+from itertools import accumulate, compress, islice
+from operator import itemgetter
 from typing import Any, cast
 
 import orjson
@@ -54,7 +57,7 @@ from lastword.errors import (
 )
 from lastword.ingest import json_input
 from lastword.ingest.body import Body, BodyCut, body_pieces
-from lastword.ingest.checks import check_made, storable_json, storable_made, too_large_made
+from lastword.ingest.checks import check_made, encode_plainly, storable_json, storable_made, too_large_made
 from lastword.ingest.outcome import Stored
 from lastword.service import RunService
 from lastword.settings import Settings
@@ -68,6 +71,8 @@ SPOOL_BYTES = 4 * 1024 * 1024
 STORE_BATCH = 1000
 #: The most the translation holds the event loop before giving it a turn.
 SLICE_SECONDS = 0.005
+#: Provider events translated and staged at a time (the clock is read between two such steps).
+FEED_STEP = 64
 #: A staged event bigger than this is handed to the store with its ``source`` as text (_SourceText).
 LAZY_SOURCE = 64 * 1024
 #: Staged JSON up to which the chunks are kept as values too, and read back without parsing
@@ -104,23 +109,31 @@ async def ingest_provider_stream(
     adapter = ACPAdapter(key, version=acp_version) if format == ACPAdapter.format else ADAPTERS[format](key)
     limit = settings.max_body_bytes
     with Staging(limit) as staging:
-        index = -1
+        last = -1
         pause = time.perf_counter() + SLICE_SECONDS
         try:
             async for batch in _provider_events(body, framing, limit):
-                for index, raw in batch:
-                    staging.add(adapter.feed(index, raw), adapter.take_unnamed(), index)
+                for start in range(0, len(batch), FEED_STEP):
+                    made: list[dict[str, Any]] = []
+                    origins: list[int] = []
+                    try:
+                        adapter.feed_many(batch[start : start + FEED_STEP], made, origins)
+                    finally:
+                        # What the events before a refused one made is checked first: as when
+                        # each was staged before the next was read, its problem is the answer.
+                        staging.add(made, origins, adapter.take_unnamed())
                     if time.perf_counter() >= pause:
                         await asyncio.sleep(0)  # the loop's turn: a body already received never waits
                         pause = time.perf_counter() + SLICE_SECONDS
+                last = batch[-1][0]
         except BodyCut:
             raise BadRequest("the body was cut off before its end; nothing was stored") from None
         if adapter.events_read == 0:
             raise EmptyBatch("the body holds no event", index=0)
-        last = index
 
         def finish() -> None:
-            staging.add(adapter.finish(end=end), adapter.take_unnamed(), last)
+            made = adapter.finish(end=end)
+            staging.add(made, [last] * len(made), adapter.take_unnamed())
 
         # The message is every delta assembled, checked and encoded: a long one is work.
         await asyncio.to_thread(finish)
@@ -211,6 +224,8 @@ class Staging:
         #: By position: the chunks staged while the staged bytes were at most :data:`KEEP_BYTES`,
         #: as values too (None once the body is past it: the values are let go).
         self._kept: dict[int, dict[str, Any]] | None = {}
+        #: Whether the chunks are written by one ``map`` (:meth:`_add_chunks`).
+        self._plainly = True
 
     def __enter__(self) -> Staging:
         return self
@@ -218,22 +233,43 @@ class Staging:
     def __exit__(self, *_: object) -> None:
         self._file.close()
 
-    def add(self, made: list[dict[str, Any]], unnamed: list[tuple[dict[str, Any], str | int]], origin: int) -> None:
-        """Check and stage ``made``, the events provider event ``origin`` completed (``unnamed``:
-        those of them that wait for their id); refuse one that cannot be stored, naming ``origin``."""
+    def add(self, made: list[dict[str, Any]], origins: list[int],
+            unnamed: list[tuple[dict[str, Any], str | int]]) -> None:
+        """Check and stage ``made``, ``origins[i]`` the provider event that completed ``made[i]``
+        (in order; ``unnamed``: those of them that wait for their id); refuse one that cannot be
+        stored, naming its provider event. ``made`` is emptied as it is staged."""
         if not made:
             return
-        if len(made) == 1 and not unnamed and made[0]["type"] == "assistant/chunk":
-            self._add_chunk(made.pop(), origin)  # most events of a body
-            return
-        check_made(made, [origin] * len(made))
+        # The provider events that made something other than a chunk with its id: their events
+        # are checked together, as :meth:`_add_made` does; the chunks between them are staged
+        # by the run (most events of a body).
+        special = set(compress(origins, map(_CHUNK.__ne__, map(_TYPE, made))))
         waiting = {id(event): suffix for event, suffix in unnamed} if unnamed else {}
-        suffixes = [waiting.get(id(event)) for event in made] if waiting else [None] * len(made)
+        if waiting:
+            special.update(origin for event, origin in zip(made, origins, strict=True) if id(event) in waiting)
+        start = 0
+        for origin in sorted(special):
+            first, end = bisect_left(origins, origin, start), bisect_right(origins, origin, start)
+            if first > start:
+                self._add_chunks(made, origins, start, first)
+            self._add_made(made, first, end, origin, waiting)
+            start = end
+        if start < len(made):
+            self._add_chunks(made, origins, start, len(made))
+        made.clear()
         unnamed.clear()  # (the caller's list, taken from the adapter for this call)
-        made.reverse()
-        for suffix in suffixes:
-            # Popped, so a message (its source: most of the body) is let go once it is encoded.
-            head, tail = _encoded(made.pop(), origin)
+
+    def _add_made(self, made: list[dict[str, Any]], first: int, end: int, origin: int,
+                  waiting: dict[int, str | int]) -> None:
+        """Stage ``made[first:end]``, the events provider event ``origin`` completed, each let go
+        once encoded (a message's source is most of the body)."""
+        check_made(made[first:end], [origin] * (end - first))
+        for position in range(first, end):
+            event = made[position]
+            made[position] = _STAGED
+            suffix = waiting.get(id(event)) if waiting else None
+            head, tail = _encoded(event, origin)
+            del event
             tail_size = sum(len(part) for part in tail) if tail else 0
             # An id to come adds at most ``,"eventId":"<200 characters>"``.
             size = len(head) + tail_size + (0 if suffix is None else _ID_ROOM)
@@ -252,6 +288,34 @@ class Staging:
                 self._write()
             self._ends.append(self._written + len(self._pending))
             self.count += 1
+
+    def _add_chunks(self, made: list[dict[str, Any]], origins: list[int], first: int, end: int) -> None:
+        """Stage the chunks ``made[first:end]``, each with its id (nothing apart, no tail): written
+        by one ``map`` when each is short enough not to nest too deeply (the usual deltas of a
+        few words), else one at a time, so a refusal names the first that is."""
+        chunks = made[first:end]
+        plain = encode_plainly(chunks, shallow_only=True) if self._plainly else None
+        if plain is None or plain[1] > min(self.limit, _PENDING):
+            # A body of long chunks is staged one by one from here on: written plainly, they
+            # would be written twice.
+            self._plainly = False
+            for chunk, origin in zip(chunks, origins[first:end], strict=True):
+                self._add_chunk(chunk, origin)
+            return
+        bodies = plain[0]
+        start = self._written + len(self._pending)
+        self._pending += b",".join(bodies)
+        self._pending += b","
+        # Where each ends, its comma included: the running sum of their sizes and commas.
+        self._ends.extend(islice(accumulate(map(_PLUS_COMMA, map(len, bodies)), initial=start), 1, None))
+        if self._kept is not None:
+            if self._ends[-1] <= KEEP_BYTES:
+                self._kept.update(zip(range(self.count, self.count + len(chunks)), chunks))
+            else:
+                self._kept = None
+        self.count += len(chunks)
+        if len(self._pending) >= _PENDING:
+            self._write()
 
     def _add_chunk(self, event: dict[str, Any], origin: int) -> None:
         """:meth:`add` of one chunk with its id: no tail (see :func:`_encoded`), nothing apart."""
@@ -361,9 +425,18 @@ class Staging:
         whole[: len(head)] = head
         self._file.readinto(memoryview(whole)[len(head):])
         text = whole.decode()
+        # Where the source begins, in characters: the head's bytes when all are ASCII.
+        start = len(head) if len(text) == len(whole) else len(head.decode())
         del whole
-        event["source"] = _SourceText(text, len(head) + len(',"source":'), len(text) - 1)
+        event["source"] = _SourceText(text, start + len(',"source":'), len(text) - 1)
         return event, text
+
+
+_CHUNK = "assistant/chunk"
+_TYPE = itemgetter("type")
+_PLUS_COMMA = (1).__add__
+#: What takes the place of an event in the caller's list once it is staged.
+_STAGED: dict[str, Any] = {}
 
 
 def _encoded(event: dict[str, Any], origin: int) -> tuple[bytes, list[bytes | memoryview]]:
