@@ -508,13 +508,17 @@ def left_to_models(events: list[Any]) -> list[int]:
     those (the others they would accept). Past :data:`FAST_RESUMES` refusals (and one per
     :data:`RESUME_SPACING` events), every later event but a plain text delta
     (:func:`is_plain_text_delta`) is listed."""
+    refusal = _fast_refusal(events)
+    return [] if refusal is None else _left_after(events, refusal)
+
+
+def _left_after(events: list[Any], refusal: msgspec.ValidationError) -> list[int]:
+    """:func:`left_to_models` of a batch the fast check refused with ``refusal``."""
     left: list[int] = []
     resumes = FAST_RESUMES + len(events) // RESUME_SPACING
     start = 0
-    while start < len(events):
-        error = _fast_refusal(events[start:])
-        if error is None:
-            return left
+    error: msgspec.ValidationError | None = refusal
+    while error is not None:
         # msgspec checks the events in order and stops at the first it refuses: those before
         # it were accepted.
         found = _REFUSED_AT.search(str(error))
@@ -523,6 +527,7 @@ def left_to_models(events: list[Any]) -> list[int]:
             return left + [index for index in range(refused, len(events)) if not is_plain_text_delta(events[index])]
         left.append(refused)
         start = refused + 1
+        error = _fast_refusal(events[start:])
     return left
 
 
@@ -531,7 +536,10 @@ def validate_events(events: list[Any], *, index_offset: int = 0) -> None:
 
     ``index_offset`` is the position of ``events[0]`` in the request (NDJSON lines).
     """
-    _validate_by_models(events, left_to_models(events), index_offset)
+    # An accepted batch (most of them; an NDJSON body's every line) costs one call and no more.
+    refusal = _fast_refusal(events)
+    if refusal is not None:
+        _validate_by_models(events, _left_after(events, refusal), index_offset)
 
 
 def validate_in_full(events: list[Any], *, index_offset: int = 0) -> None:
