@@ -508,12 +508,11 @@ def left_to_models(events: list[Any]) -> list[int]:
     those (the others they would accept). Past :data:`FAST_RESUMES` refusals (and one per
     :data:`RESUME_SPACING` events), every later event but a plain text delta
     (:func:`is_plain_text_delta`) is listed."""
-    refusal = _fast_refusal(events)
-    return [] if refusal is None else _left_after(events, refusal)
+    return _left_after(events, _fast_refusal(events))
 
 
-def _left_after(events: list[Any], refusal: msgspec.ValidationError) -> list[int]:
-    """:func:`left_to_models` of a batch the fast check refused with ``refusal``."""
+def _left_after(events: list[Any], refusal: msgspec.ValidationError | None) -> list[int]:
+    """:func:`left_to_models` of a batch the fast check answered with ``refusal`` (None: accepted)."""
     left: list[int] = []
     resumes = FAST_RESUMES + len(events) // RESUME_SPACING
     start = 0
