@@ -7,7 +7,7 @@ go through the stages ``POST /v1/runs/{id}/events`` runs, without HTTP: ``parse`
 (:func:`lastword.ingest.checks.encode_events`) and the store's ``append`` (a real SQLite store
 in a temporary directory, its writer thread included, nobody subscribed). The append is split
 further by timing, on the writer thread, the steps it sequences (each called once a batch, so
-the timer costs nothing per event): reading the run, the duplicates, the fold's lock, the rows,
+the timer costs nothing per event): reading the run, the duplicates, the fold's lock, the numbering,
 the insert, the fold (``runstate.append``), the rest of the change (``persist``).
 
 Figures are CPU microseconds per event (the first three stages ``time.thread_time``, the append
@@ -50,7 +50,6 @@ APPEND_STEPS = (
     ("lastword.rules.runstate", None, "without_duplicates"),
     ("lastword.store.sql.folds", "FoldCache", "held"),
     ("lastword.rules.runstate", None, "numbered"),
-    ("lastword.store.sql.writes", None, "event_rows"),
     ("lastword.store.sql.dialect", "SqliteDialect", "insert_events"),
     ("lastword.rules.runstate", None, "append"),
     ("lastword.store.sql.store", "SqlStore", "_persist"),

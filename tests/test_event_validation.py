@@ -663,3 +663,75 @@ def test_the_common_events_take_the_fast_check() -> None:
                             message_with(usage={"inputTokens": True, "outputTokens": 1}),
                             message_with({"type": "step-start"}), {"type": "turn/end", "stopReason": "completed"}):
         assert not fast_accepts([*events, refused_or_left])
+
+
+# -- the models decide only the events the fast check leaves -------------------------------------
+
+_TS = "2026-01-01T00:00:00Z"
+
+
+def test_only_the_events_the_fast_check_refuses_are_left_to_the_models() -> None:
+    """A batch of common events with a few the fast check does not describe (an ``x-`` event, a
+    ``ts``, a step, a ``turn/end`` at its end) leaves only those to the models."""
+    from lastword.rules.events import left_to_models
+
+    events: list[Any] = [chunk(str(n)) for n in range(40)]
+    events[3] = {"type": "x-note"}
+    events[4] = message_with({"type": "text", "text": "m"})
+    events[17] = {**chunk("t"), "ts": _TS}
+    events[18] = {"type": "step/start"}
+    events[39] = {"type": "turn/end", "stopReason": "completed"}
+    assert left_to_models(events) == [3, 17, 18, 39]
+    assert left_to_models(events[:39]) == [3, 17, 18]
+    assert left_to_models(events[4:17]) == []
+    assert left_to_models([]) == []
+    validate_events(events)
+
+
+@pytest.mark.parametrize("size", [8, 27, 30, 40, 100])
+def test_past_its_resumes_the_rest_goes_as_without_the_fast_check(size: int) -> None:
+    """The fast check goes on after FAST_RESUMES refused events and one more per RESUME_SPACING
+    events; from the next refusal on, every event but a plain text delta is left to the models."""
+    from lastword.rules.events import FAST_RESUMES, RESUME_SPACING, left_to_models
+
+    resumes = FAST_RESUMES + size // RESUME_SPACING
+    # Pairs of an x- event and a message (which the fast check accepts, a plain delta check not),
+    # then plain text deltas.
+    events: list[Any] = []
+    while len(events) < size:
+        events += [{"type": "x-note"}, message_with({"type": "text", "text": "m"}), chunk("c")]
+    events = events[:size]
+    refused = [index for index, event in enumerate(events) if event["type"] == "x-note"]
+    if len(refused) <= resumes:
+        expected = refused
+    else:
+        cut = refused[resumes]
+        expected = refused[:resumes] + [index for index in range(cut, size) if not is_plain_text_delta(events[index])]
+    assert left_to_models(events) == expected
+    # Each way is taken: 27 events refuse exactly as many as resume (9), 30 one more.
+    assert (len(refused) > resumes) == (size >= 30)
+
+
+_batch_events = st.one_of(_fast_chunks, _fast_messages, _spoiled_events(), _near_events,
+                          st.just({"type": "x-note"}), st.just({**chunk("t"), "ts": _TS}),
+                          st.just({"type": "turn/end", "stopReason": "completed"}))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_batch_events, max_size=40))
+def test_the_models_see_exactly_the_events_the_fast_check_refuses(events: list[Any]) -> None:
+    """For any batch, each event left to the models (before the resumes run out) is one the fast
+    check refuses alone, each other one it accepts alone; and the answer is the models' alone."""
+    from lastword.rules.events import FAST_RESUMES, RESUME_SPACING, fast_accepts, left_to_models, validate_in_full
+
+    left = left_to_models(events)
+    assert left == sorted(set(left))
+    refused_alone = [index for index, event in enumerate(events) if not fast_accepts([event])]
+    resumes = FAST_RESUMES + len(events) // RESUME_SPACING
+    if len(refused_alone) <= resumes:
+        assert left == refused_alone
+    else:
+        cut = refused_alone[resumes]
+        assert left == refused_alone[:resumes] + [
+            index for index in range(cut, len(events)) if not is_plain_text_delta(events[index])]
+    assert _outcome(validate_events, events) == _outcome(validate_in_full, events)

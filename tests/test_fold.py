@@ -452,6 +452,41 @@ def test_output_never_holds_tool_results_bookkeeping_or_blank_text(operations: l
             assert block["text"].strip()
 
 
+def _pushed_in_runs(events: list[Event], cuts: list[int], join: bool) -> TurnFold:
+    """A fold given ``events`` through ``push_many``, in runs cut at ``cuts``."""
+    fold = TurnFold(join_continuations=join)
+    bounds = sorted({0, len(events), *(min(cut, len(events)) for cut in cuts)})
+    for start, end in zip(bounds, bounds[1:]):
+        fold.push_many(events[start:end], end)
+    return fold
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_events, max_size=25), st.lists(st.integers(min_value=0, max_value=25), max_size=5), st.booleans())
+def test_pushing_events_in_runs_is_pushing_them_one_by_one(events: list[Event], cuts: list[int], join: bool) -> None:
+    """push_many (what the store's append calls) leaves a fold exactly as push of each event
+    would, however a turn's events are cut into runs, with or without joined continuations."""
+    one_by_one = TurnFold(join_continuations=join)
+    for seq, event in enumerate(events, 1):
+        one_by_one.push(event, seq)
+    in_runs = _pushed_in_runs(events, cuts, join)
+    assert in_runs.collect() == one_by_one.collect()
+    assert in_runs.usage == one_by_one.usage
+    assert in_runs.streamed_text() == one_by_one.streamed_text()
+    assert in_runs.last_seq == one_by_one.last_seq == len(events)
+    if not join:
+        _assert_matches_reference(in_runs.collect(), events)
+
+
+def test_push_many_without_a_seq_leaves_last_seq() -> None:
+    """Like push without one: folding from a list that carries no seqs keeps the fold's."""
+    fold = TurnFold(last_seq=4)
+    fold.push_many([chunk("a"), message(text("b"))])
+    assert fold.last_seq == 4
+    fold.push_many([], 9)
+    assert fold.last_seq == 9
+
+
 def test_a_fresh_fold_starts_before_the_first_seq() -> None:
     """A new fold has seen no event: last_seq is 0 unless given."""
     assert TurnFold().last_seq == 0

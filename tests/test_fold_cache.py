@@ -102,3 +102,25 @@ def test_a_fold_counts_the_selected_message_not_every_message() -> None:
         joining.push(message)
     assert plain.held_bytes == FOLD_OVERHEAD_BYTES + size
     assert joining.held_bytes == FOLD_OVERHEAD_BYTES + 5 * size
+
+
+def test_a_fold_counts_the_same_bytes_pushed_in_runs_or_one_by_one() -> None:
+    """The store folds an append's events in one run (push_many); the bytes it counts are what
+    pushing each would count: every delta's text, the largest message (or each, when joining)."""
+    events: list[dict[str, object]] = []
+    for number in range(60):
+        if number % 7 == 6:
+            content = [{"type": "text", "text": "m" * (number * 10)}]
+            events.append({"type": "assistant/message", "message": {"content": content}})
+        else:
+            events.append({"type": "assistant/chunk", "delta": {"type": "text", "text": "t" * number}})
+    for join in (False, True):
+        one_by_one, in_runs = MeasuredFold(join_continuations=join), MeasuredFold(join_continuations=join)
+        for event in events:
+            one_by_one.push(event)
+        for start in range(0, len(events), 25):
+            in_runs.push_many(events[start : start + 25])
+        assert in_runs.held_bytes == one_by_one.held_bytes
+    texts = sum(number for number in range(60) if number % 7 != 6)
+    largest = len(orjson.dumps([{"type": "text", "text": "m" * 550}]))
+    assert in_runs.held_bytes > FOLD_OVERHEAD_BYTES + texts + largest

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 import orjson
@@ -42,6 +43,7 @@ Event = dict[str, Any]
 #: An ingested event to log in the open turn: ``(seq, event, its JSON if the caller has it)``.
 #: A plain tuple, not a record: one is made per ingested event, on the hottest path.
 Appended = tuple[int, Event, str | None]
+_event_of = itemgetter(1)
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -262,9 +264,9 @@ def append(
             )
         if event["type"] == "turn/end":
             end = (normalise_stop_reason(event["stopReason"]), event.get("error"))
-    for seq, event, _ in logged:
-        fold.push(event, seq)
     seq = run.last_seq + len(logged)
+    if logged:
+        fold.push_many(map(_event_of, logged), seq)
     appended = Change(
         run=_moved(run, last_seq=seq, lease_expires_at=lease_expiry(run.lease_seconds, now), updated_at=now),
         appended=logged,

@@ -48,10 +48,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from lastword.errors import LastwordError, Unavailable, Unreachable, UnstorableValue
 from lastword.rules.ds import Producer
 from lastword.rules.records import AppendOutcome
+from lastword.rules.runstate import Appended
 from lastword.store.sql import schema as ddl
 from lastword.store.sql.migrations import upgrade_schema
 from lastword.store.notices import Notice, StreamNotice
-from lastword.store.sql.dialect import insert_event_rows
+from lastword.store.sql.dialect import event_rows, insert_event_rows
 from lastword.store.sql.rows import EVENT_COLUMNS
 from lastword.store.sql.store import SqlStore
 from lastword.store.postgres.group import PostgresGroupWriter
@@ -210,7 +211,8 @@ class PostgresDialect:
     def id_params(self, ids: list[str]) -> list[Any]:
         return [ids]
 
-    def insert_events(self, tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+    def insert_events(self, tx: Tx, run_id: str, turn: int, appended: Sequence[Appended], now: float) -> None:
+        rows = event_rows(run_id, turn, appended, now)
         if len(rows) < COPY_FROM:
             insert_event_rows(tx, rows)
             return

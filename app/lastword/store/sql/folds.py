@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -52,16 +52,16 @@ class MeasuredFold(TurnFold):
     def held_bytes(self) -> int:
         return FOLD_OVERHEAD_BYTES + self._text_bytes + self._message_bytes
 
-    def push(self, event: Mapping[str, Any], seq: int | None = None) -> None:
-        super().push(event, seq)
-        if event.get("type") == "assistant/message":
+    def _fold_event(self, kind: Any, event: Mapping[str, Any]) -> None:
+        super()._fold_event(kind, event)
+        if kind == "assistant/message":
             content = (event.get("message") or {}).get("content") or []
             size = len(orjson.dumps(content))
             self._message_bytes = self._message_bytes + size if self._join else max(self._message_bytes, size)
 
-    def push_text(self, text: str) -> None:
-        super().push_text(text)
-        self._text_bytes += len(text)
+    def push_texts(self, texts: Sequence[str]) -> None:
+        super().push_texts(texts)
+        self._text_bytes += sum(map(len, filter(None, texts)))
 
 
 class FoldSlot:
@@ -180,8 +180,6 @@ def caught_up(tx: Tx, slot: FoldSlot, run: RunRecord) -> TurnFold:
             f"AND turn = ? AND type IN ({', '.join('?' * len(types))}) ORDER BY seq",
             (run.run_id, fold.last_seq, run.last_seq, run.turn, *types),
         )
-        for seq, body in rows:
-            fold.push(loads(body), seq)
-        fold.last_seq = run.last_seq
+        fold.push_many((loads(body) for _, body in rows), run.last_seq)
         slot.measured()
     return fold

@@ -12,7 +12,7 @@ from typing import Any
 
 from lastword.rules.lifecycle import LIFECYCLE_TYPES
 from lastword.rules.records import RunRecord, StoredEvent
-from lastword.rules.runstate import Appended, Change, NewEvent
+from lastword.rules.runstate import Change, NewEvent
 from lastword.rules.webhook_payload import payload, webhook_id
 from lastword.store.sql import outbox
 from lastword.store.sql.dialect import Dialect
@@ -48,13 +48,6 @@ def renew_lease(tx: Tx, run_id: str, now: float) -> None:
     )
 
 
-def event_rows(run_id: str, turn: int, appended: list[Appended], now: float) -> list[tuple[Any, ...]]:
-    return [
-        (run_id, seq, turn, event["type"], event.get("eventId"), encoded if encoded is not None else dumps(event), now)
-        for seq, event, encoded in appended
-    ]
-
-
 def persist(
     tx: Tx, dialect: Dialect, change: Change, *, first_seq: int, now: float, new_run: bool = False,
     appended_stored: bool = False, live_chunks: bool = True,
@@ -75,7 +68,7 @@ def persist(
     live: list[StoredEvent] = []
     if change.appended:
         if not appended_stored:
-            dialect.insert_events(tx, event_rows(run.run_id, run.turn, change.appended, now))
+            dialect.insert_events(tx, run.run_id, run.turn, change.appended, now)
         if dialect.returns_chunks and live_chunks:
             live = [
                 StoredEvent(run_id=run.run_id, seq=seq, turn=run.turn, type="assistant/chunk", body=event,
