@@ -353,3 +353,44 @@ async def test_appends_of_one_batch_see_their_event_ids_as_the_writes_before_the
         # Five appends: the batch's ids read once, then by a's second append (after a's first)
         # and d's (after the write naming no run): not one read per append.
         assert len(id_reads) <= 3, "\n".join(sql[-80:] for sql in id_reads)
+
+
+@pytest.mark.anyio
+async def test_appends_of_a_later_batch_see_their_runs_as_the_committed_batches_left_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The runs a batch's appends left are handed to the next batch's appends without their rows
+    being read, until a write that names no run or an append that failed may have changed them:
+    ``b``'s append after its end is refused, ``e``'s after its end and a new turn goes in that
+    turn, ``c``'s after its refused append numbers on from what was committed; every seq follows
+    the last, and no batch is given up (as one handed a stale run would be, its rows refused)."""
+    caplog.set_level(logging.INFO, logger="lastword.store.sqlite.group")
+    async with four_runs(tmp_path) as store:
+        await store.create_run(spec("e", mode="continuable"), T0)
+        async with traced(store) as statements:
+            await asyncio.gather(*(store.append(run_id, [chunk_event(f"{run_id}1", f"id-{run_id}1")], T0)
+                                   for run_id in "abce"))
+            statements.clear()
+            await asyncio.gather(*(store.append(run_id, [chunk_event(f"{run_id}2")], T0) for run_id in "abce"))
+            run_reads = [sql for sql in statements if sql.lstrip().upper().startswith("SELECT") and " FROM runs " in sql]
+            assert run_reads == [], "\n".join(sql[-60:] for sql in run_reads)
+            refused = await asyncio.gather(
+                store.append("a", [chunk_event("a3")], T0),
+                store.append("c", [chunk_event("other", "id-c1")], T0),  # its eventId, other content: refused
+                return_exceptions=True,
+            )
+            assert [type(answer).__name__ for answer in refused] == ["AppendOutcome", "EventIdConflict"]
+            await store.end_turn("b", "completed", None, T0)
+            await store.end_turn("e", "completed", None, T0)
+            await store.start_turn("e", T0)
+            answers = await asyncio.gather(
+                *(store.append(run_id, [chunk_event(f"{run_id}4")], T0) for run_id in "abce"), return_exceptions=True)
+        assert [type(answer).__name__ for answer in answers] == ["AppendOutcome", "RunEnded", "AppendOutcome", "AppendOutcome"]
+        assert not [record for record in caplog.records if "given up" in record.getMessage()]
+        for run_id, texts in (("a", ["a1", "a2", "a3", "a4"]), ("b", ["b1", "b2"]), ("c", ["c1", "c2", "c4"]),
+                              ("e", ["e1", "e2", "e4"])):
+            events = await store.events_after(run_id, 0, 10)
+            assert [event.body["delta"]["text"] for event in events if event.type == "assistant/chunk"] == texts
+            assert [event.seq for event in events] == list(range(1, len(events) + 1))
+            assert (await store.get_run(run_id)).last_seq == len(events)
+        assert [event.turn for event in await store.events_after("e", 0, 10) if event.type == "assistant/chunk"] == [1, 1, 2]

@@ -28,6 +28,10 @@ EXPIRED_BATCH = 500
 
 def run(tx: Tx, dialect: Dialect, run_id: str, *, lock: bool) -> RunRecord:
     """The run; ``lock`` holds its row until the transaction ends (every change does)."""
+    if lock:
+        known = tx.known_run(run_id)
+        if known is not None:
+            return known
     row = tx.locked_run(run_id) if lock else None
     if row is None:
         row = tx.one(

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from lastword.rules.records import RunRecord
+
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -90,6 +92,16 @@ class Tx:
         (:mod:`lastword.store.postgres.group`); each is handed out once, to the batch's first
         write on that run, since the writes after it see it changed."""
         return None
+
+    def known_run(self, run_id: str) -> RunRecord | None:
+        """The run as the writes before this one left it, if the writer knows it without reading
+        its row (None: read it). SQLite's group commit keeps the runs its appends left, from one
+        batch to the next (:class:`lastword.store.sqlite.held.KnownRuns`)."""
+        return None
+
+    def wrote_run(self, run: RunRecord) -> None:
+        """This write set the run's row to ``run``: every column as the record says
+        (:func:`lastword.store.sql.writes.persist`)."""
 
     def stored_ids(self, run_id: str, ids: list[str]) -> list[Any] | None:
         """The ``(event_id, body)`` rows the run's log holds under ``ids``, if this transaction read

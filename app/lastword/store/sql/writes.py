@@ -97,6 +97,7 @@ def persist(
             "WHERE run_id = ?",
             (run.last_seq, run.status, run.turn, run.lease_expires_at, run.updated_at, run.run_id),
         )
+        tx.wrote_run(run)  # the columns it did not set are ``before``'s, as ``run`` holds them
     return live
 
 

@@ -27,7 +27,7 @@ from lastword.errors import LastwordError
 from lastword.store.sql.batch import BatchWriter, Job
 from lastword.store.sql.tx import Holds
 from lastword.store.sqlite.driver import SqliteTx, driver_error, is_driver_error
-from lastword.store.sqlite.held import BatchRuns, HeldChangeFailed, HeldTx
+from lastword.store.sqlite.held import BatchRuns, HeldChangeFailed, HeldTx, KnownRuns
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class GroupWriter(BatchWriter):
         self._hold_dir = hold_commit_dir
         self._write_lock_path = write_lock
         self._write_lock: int | None = None  # its descriptor, opened by the first batch
+        #: The runs committed appends left; not when other processes write the file too.
+        self._known = KnownRuns() if write_lock is None else None
         self.start()
 
     def join(self) -> None:
@@ -91,13 +93,15 @@ class GroupWriter(BatchWriter):
             cursor = connection.cursor()
             connection.execute("BEGIN IMMEDIATE")
             try:
-                runs = BatchRuns(cursor, ((job.key, job.ids) for job in batch))  # reads for two or more
+                runs = BatchRuns(cursor, ((job.key, job.ids) for job in batch), self._known)  # reads for two or more
                 for number, job in enumerate(batch):
                     run(job, number, cursor, connection, holds, runs)
                 if any(job.error is None for job in batch):
                     self._maybe_hold()
                     connection.execute("COMMIT")
                     committed = True
+                    if self._known is not None:
+                        self._known.committed(runs.written)
             finally:
                 if not committed and connection.in_transaction:
                     connection.execute("ROLLBACK")
@@ -109,6 +113,8 @@ class GroupWriter(BatchWriter):
             if locked is not None:
                 fcntl.flock(locked, fcntl.LOCK_UN)
             holds.release(committed)
+            if not committed and self._known is not None:
+                self._known.forget()
 
     def _lock_writes(self) -> int | None:
         """Take the file lock shared with other processes, if there is one; its descriptor."""
@@ -134,6 +140,8 @@ class GroupWriter(BatchWriter):
             job.outcome = job.work(SqliteTx(cursor, str, holds))
         except LastwordError as error:
             job.error = error
+        finally:
+            runs.ran(job.key)  # what it left is not kept: the next batch reads its run
 
     @staticmethod
     def _run_held(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,
@@ -152,7 +160,7 @@ class GroupWriter(BatchWriter):
             tx.undo()
             job.error, job.outcome = (driver_error(error) if is_driver_error(error) else error), None
         finally:
-            runs.ran(job.key)
+            runs.ran(job.key, tx.run_after if job.error is None else None)
 
     @staticmethod
     def _run_in_savepoint(job: Job, number: int, cursor: Any, connection: sqlite3.Connection, holds: Holds,

@@ -24,6 +24,11 @@ in one statement when it begins, and those events in another (:class:`BatchRuns`
 append is handed its run's from there instead of reading them alone, unless a write before it
 in the batch may have changed them: an earlier write on the same run, or a write that names
 no run (an end, a sweep: it may change any run). It then reads them as before.
+
+The runs a batch's appends left are kept for the next batch (:class:`KnownRuns`): an append to
+a run whose row a committed append of an earlier batch wrote, with no other write since, is
+handed that record and its row is not read (reading and decoding a run's seventeen columns was a
+tenth of what a one-line append cost the writer thread).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lastword.rules.records import RunRecord
 from lastword.store.sql.rows import RUN_COLUMNS, RUN_ID_COLUMN
 from lastword.store.sqlite.driver import SqliteTx, refuse_nul
 from lastword.store.sql.tx import Holds
@@ -55,26 +61,73 @@ def _only_reads(sql: str) -> bool:
 MAX_BATCH_IDS = 1000
 
 
+#: Runs :class:`KnownRuns` keeps at most; past it, it starts over (an append then reads its row).
+MAX_KNOWN_RUNS = 10_000
+
+
+class KnownRuns:
+    """The runs as the committed appends of the writer's earlier batches left them, by run id.
+
+    Only while nothing else wrote since: a write that names no run (an end, a sweep, a create)
+    may change any run, so a batch holding one forgets them all; an append that failed, or was
+    not committed, forgets its run. Only for a writer that alone writes the file (not with
+    other processes writing it: ``lastword serve --workers``)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+
+    def get(self, run_id: str) -> RunRecord | None:
+        return self._runs.get(run_id)
+
+    def committed(self, written: list[tuple[str | None, RunRecord | None]]) -> None:
+        """A batch committed; ``written``: each write's run (None: names none) and the record it
+        left, None if it failed or wrote no row."""
+        if any(key is None for key, _ in written) or len(self._runs) > MAX_KNOWN_RUNS:
+            self._runs.clear()
+        for key, run in written:
+            if key is None:
+                continue
+            if run is None or run.run_id != key:
+                self._runs.pop(key, None)
+            else:
+                self._runs[key] = run
+
+    def forget(self) -> None:
+        """A batch was not committed (or may not have been)."""
+        self._runs.clear()
+
+
 class BatchRuns:
     """What a batch's appends read first, read for all of them when the batch begins: the rows
     of the runs they name (their ``key``) and the events their runs' logs already hold under
     the eventIds they carry. Each run's is handed out once, while no write before it in the
     batch may have changed it."""
 
-    def __init__(self, cursor: sqlite3.Cursor, writes: Iterable[tuple[str | None, Sequence[str]]]) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, writes: Iterable[tuple[str | None, Sequence[str]]],
+                 known: KnownRuns | None = None) -> None:
         wanted: dict[str, list[str]] = {}  # run -> the eventIds its appends carry
         with_ids = 0
         for key, ids in writes:
             if key is not None:
                 wanted.setdefault(key, []).extend(ids)
                 with_ids += bool(ids)
+        #: The runs earlier batches left (``known``), for the first write of the batch on each.
+        self._known: dict[str, RunRecord] = {}
+        if known is not None:
+            for run_id in wanted:
+                run = known.get(run_id)
+                if run is not None:
+                    self._known[run_id] = run
         self._rows: dict[str, Any] = {}
         #: By run: the ids asked for, and the (event_id, body) rows found under them.
         self._stored: dict[str, tuple[set[str], list[Any]]] = {}
+        #: Each write's run (None: names none) and the record it left it as (:meth:`ran`).
+        self.written: list[tuple[str | None, RunRecord | None]] = []
         if len(wanted) > 1:  # one append reads its own row: nothing to save
-            runs = list(wanted)
-            cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs)
-            self._rows = {row[RUN_ID_COLUMN]: row for row in cursor.fetchall()}
+            runs = [run_id for run_id in wanted if run_id not in self._known]
+            if runs:
+                cursor.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs)
+                self._rows = {row[RUN_ID_COLUMN]: row for row in cursor.fetchall()}
         pairs = list(dict.fromkeys((run_id, event_id) for run_id, ids in wanted.items() for event_id in ids))
         if with_ids > 1 and len(pairs) <= MAX_BATCH_IDS:
             self._stored = {run_id: (set(ids), []) for run_id, ids in wanted.items()}
@@ -88,6 +141,10 @@ class BatchRuns:
         write)."""
         return self._rows.pop(run_id, None)
 
+    def known(self, run_id: str) -> RunRecord | None:
+        """The run as an earlier batch left it, or None; once only, as :meth:`take`."""
+        return self._known.pop(run_id, None)
+
     def stored(self, run_id: str, ids: list[str]) -> list[Any] | None:
         """The ``(event_id, body)`` rows of the run's log under ``ids`` as the batch began, or
         None (read them). Once only, as :meth:`take`."""
@@ -97,14 +154,18 @@ class BatchRuns:
         asked = set(ids)
         return [row for row in read[1] if row[0] in asked]
 
-    def ran(self, key: str | None) -> None:
-        """A write of the batch has run: what it may have changed is no longer handed out."""
+    def ran(self, key: str | None, left: RunRecord | None = None) -> None:
+        """A write of the batch has run: what it may have changed is no longer handed out.
+        ``left``: the record it wrote its run's row as, if it succeeded and did."""
+        self.written.append((key, left))
         if key is None:
             self._rows.clear()
             self._stored.clear()
+            self._known.clear()
         else:
             self._rows.pop(key, None)
             self._stored.pop(key, None)
+            self._known.pop(key, None)
 
 
 # A join on the wanted pairs: SQLite searches the index once a pair (``(run_id, event_id) IN
@@ -131,6 +192,8 @@ class HeldTx(SqliteTx):
         #: Statements held back, in order: (sql, the values of one statement or the rows of many).
         self._held: list[tuple[str, Sequence[Any] | None, list[Sequence[Any]] | None]] = []
         self.savepoint = False
+        #: The run's row as this write left it (:meth:`wrote_run`), if it wrote it.
+        self.run_after: RunRecord | None = None
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._held.append((sql, refuse_nul(params), None))
@@ -142,6 +205,14 @@ class HeldTx(SqliteTx):
         if self._runs is None or run_id != self._key:
             return None
         return self._runs.take(run_id)
+
+    def known_run(self, run_id: str) -> RunRecord | None:
+        if self._runs is None or run_id != self._key:
+            return None
+        return self._runs.known(run_id)
+
+    def wrote_run(self, run: RunRecord) -> None:
+        self.run_after = run
 
     def stored_ids(self, run_id: str, ids: list[str]) -> list[Any] | None:
         if self._runs is None or run_id != self._key:
