@@ -251,9 +251,10 @@ async def test_a_commit_whose_notice_never_comes_still_reaches_a_stream(
 
 
 async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(nats: NatsServer) -> None:
-    """PostgreSQL (a server of the test's own) stopped while A streams a run and sweeps its
-    cursors: the failed reads leave A's stream open (nothing was published past its cursor), and
-    once the database is back a commit through B reaches the same stream."""
+    """PostgreSQL (a server of the test's own) stopped while A streams a run and the firehose and
+    sweeps its cursors: the sweep's failed read sends both streams back to the log, their reads
+    fail too, and they wait for the store instead of ending (kept open by keep-alives); once the
+    database is back, commits through B reach the same two streams."""
     from tests.own_postgres import OwnPostgres
 
     database = OwnPostgres()
@@ -263,21 +264,31 @@ async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(na
         first, second = (replica(database.url + "?connect_timeout=2", nats.url, f"lw-o{n}-{tag}") for n in "ab")
         with serving(first, second):
             async with clients(first, second) as (a, b):
-                run_id = await create_run_async(b)
-                async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
-                    assert (await stream.next()).event == "run/snapshot"
-                    await post(b, run_id, chunk("before"))
-                    assert (await stream.next()).event == "assistant/chunk"
-                    failures = first.log_path.read_text().count("could not read")
-                    database.stop()
-                    async with asyncio.timeout(60):  # a sweep (every few seconds) met the outage
-                        while first.log_path.read_text().count("could not read") == failures:
-                            await asyncio.sleep(0.1)
-                    database.start()
-                    async with asyncio.timeout(60):
-                        while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
-                            await asyncio.sleep(0.2)
-                    heard = await stream.next()
-                    assert (heard.event, payload(heard)["delta"]["text"]) == ("assistant/chunk", "after")
+                async with open_stream(a, "/v1/stream") as feed:
+                    run_id = await create_run_async(b)
+                    assert (await feed.next()).event == "subagent/start"
+                    async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
+                        assert (await stream.next()).event == "run/snapshot"
+                        await post(b, run_id, chunk("before"))
+                        assert (await stream.next()).event == "assistant/chunk"
+                        failures = first.log_path.read_text().count("could not read")
+                        database.stop()
+                        async with asyncio.timeout(60):  # a sweep (every few seconds) met the outage
+                            while first.log_path.read_text().count("could not read") == failures:
+                                await asyncio.sleep(0.1)
+                        # Both followers went back to the log and could not read it (the pool's wait
+                        # for a connection runs out while the database is still down).
+                        async with asyncio.timeout(60):
+                            while first.log_path.read_text().count("waits for the store") < 2:
+                                await asyncio.sleep(0.1)
+                        database.start()
+                        async with asyncio.timeout(60):
+                            while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
+                                await asyncio.sleep(0.2)
+                        heard = await stream.next()
+                        assert (heard.event, payload(heard)["delta"]["text"]) == ("assistant/chunk", "after")
+                        await end(b, run_id)
+                        assert (await stream.next()).event == "subagent/end"
+                        assert (await feed.next()).event == "subagent/end"
     finally:
         database.remove()

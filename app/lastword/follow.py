@@ -16,14 +16,18 @@ event reaching a waiting follower is framed and written at once, without waking 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
 
+from lastword.errors import Unavailable
 from lastword.fanout.hub import Subscription
 from lastword.rules.lifecycle import closes_run_stream
 from lastword.rules.records import RunRecord, StoredEvent
 from lastword.service import RunService
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,34 +164,82 @@ def feed_cursor(after: int, framing: Framing) -> Cursor:
     return Cursor(after, _feed_id, _never, framing.event)
 
 
+async def _store_away(subscription: Subscription, error: Unavailable, waiting: bool, what: str) -> bool:
+    """Wait a moment before the log is read again, the store being away (a database restart or
+    failover): whether the follow may go on. The client's connection is kept, and what was
+    committed meanwhile comes from the log when the store is back, so an outage costs a stream
+    nothing but the wait. Said once per outage (``waiting``: said already)."""
+    if not waiting:
+        log.info("%s waits for the store to read its log: %s", what, error.detail)
+    return await subscription.pause(float(error.retry_after or 1))
+
+
+async def _run_log(
+    service: RunService, subscription: Subscription, run_id: str, cursor: Cursor, framing: Framing,
+    types: frozenset[str],
+) -> AsyncGenerator[bytes, None]:
+    """The run's log after the cursor, page by page, until an event closes the follow
+    (:attr:`Cursor.closed`) or the log has no more."""
+    while subscription.ended_by is None:
+        events = await service.reads.events_after(run_id, cursor.last, service.page_size, types)
+        for event in events:
+            yield framing.event(event, event.seq)
+            cursor.last = event.seq
+            if cursor.closes(event):
+                cursor.closed = True
+                return
+        if len(events) < service.page_size:
+            return
+
+
 async def follow_run(
     service: RunService, subscription: Subscription, run: RunRecord, cursor: Cursor, framing: Framing,
     types: frozenset[str],
 ) -> AsyncGenerator[bytes, None]:
     """One run's events of ``types`` after the cursor, from the log and then live, until an event
-    closes the follow, the run has ended and all of it was sent, or the service ends it."""
+    closes the follow, the run has ended and all of it was sent, or the service ends it. While
+    the store cannot be read, the follow waits for it (:func:`_store_away`)."""
+    waiting = False
     while True:
         # Cleared before the log is read: an overflow from now on sends us back here.
         subscription.caught_up()
-        while subscription.ended_by is None:
-            events = await service.reads.events_after(run.run_id, cursor.last, service.page_size, types)
-            for event in events:
-                yield framing.event(event, event.seq)
-                cursor.last = event.seq
-                if cursor.closes(event):
-                    return
-            if len(events) < service.page_size:
-                break
-        run = await service.reads.get_run(run.run_id)
-        if run.status == "ended" and cursor.last >= run.last_seq:
-            return
-        async with contextlib.aclosing(cursor.live(subscription, framing.keepalive)) as live:
-            async for chunk in live:
-                yield chunk
-        if cursor.closed:
-            return
+        try:
+            async with contextlib.aclosing(_run_log(service, subscription, run.run_id, cursor, framing, types)) as pages:
+                async for chunk in pages:
+                    yield chunk
+            if cursor.closed:
+                return
+            run = await service.reads.get_run(run.run_id)
+        except Unavailable as error:
+            if await _store_away(subscription, error, waiting, f"the stream of run {run.run_id}"):
+                waiting = True
+                yield framing.keepalive
+                continue
+        else:
+            waiting = False
+            if run.status == "ended" and cursor.last >= run.last_seq:
+                return
+            async with contextlib.aclosing(cursor.live(subscription, framing.keepalive)) as live:
+                async for chunk in live:
+                    yield chunk
+            if cursor.closed:
+                return
         if ended := _ended(subscription):
             yield framing.ended(ended, cursor.last)
+            return
+
+
+async def _feed_log(
+    service: RunService, subscription: Subscription, parent_run_id: str | None, cursor: Cursor, framing: Framing,
+) -> AsyncGenerator[bytes, None]:
+    """The firehose's log after the cursor, page by page, until it has no more."""
+    while subscription.ended_by is None:
+        events = await service.reads.feed_after(cursor.last, parent_run_id, service.page_size)
+        for event in events:
+            feed_id = _feed_id(event)
+            yield framing.event(event, feed_id)
+            cursor.last = feed_id
+        if len(events) < service.page_size:
             return
 
 
@@ -195,20 +247,25 @@ async def follow_feed(
     service: RunService, subscription: Subscription, parent_run_id: str | None, cursor: Cursor, framing: Framing,
 ) -> AsyncGenerator[bytes, None]:
     """The firehose after the cursor (one parent's children with ``parent_run_id``), from the log
-    and then live, until the service ends the follow."""
+    and then live, until the service ends the follow; it waits for the store as
+    :func:`follow_run` does."""
+    waiting = False
     while True:
         subscription.caught_up()
-        while subscription.ended_by is None:
-            events = await service.reads.feed_after(cursor.last, parent_run_id, service.page_size)
-            for event in events:
-                feed_id = _feed_id(event)
-                yield framing.event(event, feed_id)
-                cursor.last = feed_id
-            if len(events) < service.page_size:
-                break
-        async with contextlib.aclosing(cursor.live(subscription, framing.keepalive)) as live:
-            async for chunk in live:
-                yield chunk
+        try:
+            async with contextlib.aclosing(_feed_log(service, subscription, parent_run_id, cursor, framing)) as pages:
+                async for chunk in pages:
+                    yield chunk
+        except Unavailable as error:
+            if await _store_away(subscription, error, waiting, "the firehose"):
+                waiting = True
+                yield framing.keepalive
+                continue
+        else:
+            waiting = False
+            async with contextlib.aclosing(cursor.live(subscription, framing.keepalive)) as live:
+                async for chunk in live:
+                    yield chunk
         if ended := _ended(subscription):
             yield framing.ended(ended, cursor.last)
             return

@@ -170,6 +170,20 @@ class Subscription:
     def caught_up(self) -> None:
         self.behind = False
 
+    async def pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` (the follower cannot read the log now), or less if an event or the
+        keep-alive timer wakes it first; whether it may go on (the service has not ended it)."""
+        if self.ended_by is None and not self.expired:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(seconds, self._wake)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return self.ended_by is None and not self.expired
+
     def end(self, reason: str) -> None:
         """Ask the subscriber to tell its client to reconnect, and to stop."""
         self.ended_by = reason
