@@ -24,6 +24,7 @@ import pytest
 
 from tests.builders import chunk, create_run_async, message, text
 from tests.nats_server import NatsServer, nats_server_binary
+from tests.own_postgres import OwnPostgres
 from tests.servers import ServerProcess, free_port
 from tests.sse import Stream, ids, open_stream, payload
 from tests.test_replicas import PROMPT_SECONDS, clients, end, parked, post, replica_url
@@ -250,13 +251,26 @@ async def test_a_commit_whose_notice_never_comes_still_reaches_a_stream(
 
 
 
+async def outage(database: OwnPostgres, server: ServerProcess, *, followers: int) -> None:
+    """Stop ``database`` and wait until ``server``'s cursor sweep met the outage and sent its
+    ``followers`` back to the log, where each could not read (the pool's wait for a connection
+    ran out while the database was still down) and waits for the store."""
+    failures = server.log_path.read_text().count("could not read")
+    waits = server.log_path.read_text().count("waits for the store")
+    database.stop()
+    async with asyncio.timeout(60):  # a sweep (every few seconds) met the outage
+        while server.log_path.read_text().count("could not read") == failures:
+            await asyncio.sleep(0.1)
+    async with asyncio.timeout(60):
+        while server.log_path.read_text().count("waits for the store") < waits + followers:
+            await asyncio.sleep(0.1)
+
+
 async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(nats: NatsServer) -> None:
     """PostgreSQL (a server of the test's own) stopped while A streams a run and the firehose and
     sweeps its cursors: the sweep's failed read sends both streams back to the log, their reads
     fail too, and they wait for the store instead of ending (kept open by keep-alives); once the
     database is back, commits through B reach the same two streams."""
-    from tests.own_postgres import OwnPostgres
-
     database = OwnPostgres()
     try:
         database.start()
@@ -271,16 +285,7 @@ async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(na
                         assert (await stream.next()).event == "run/snapshot"
                         await post(b, run_id, chunk("before"))
                         assert (await stream.next()).event == "assistant/chunk"
-                        failures = first.log_path.read_text().count("could not read")
-                        database.stop()
-                        async with asyncio.timeout(60):  # a sweep (every few seconds) met the outage
-                            while first.log_path.read_text().count("could not read") == failures:
-                                await asyncio.sleep(0.1)
-                        # Both followers went back to the log and could not read it (the pool's wait
-                        # for a connection runs out while the database is still down).
-                        async with asyncio.timeout(60):
-                            while first.log_path.read_text().count("waits for the store") < 2:
-                                await asyncio.sleep(0.1)
+                        await outage(database, first, followers=2)
                         database.start()
                         async with asyncio.timeout(60):
                             while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
@@ -290,5 +295,47 @@ async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(na
                         await end(b, run_id)
                         assert (await stream.next()).event == "subagent/end"
                         assert (await feed.next()).event == "subagent/end"
+    finally:
+        database.remove()
+
+
+async def test_a_replica_draining_while_its_streams_wait_for_the_store_ends_them_to_resume(
+    nats: NatsServer,
+) -> None:
+    """SIGTERM while PostgreSQL is down and A's run stream and firehose wait for it: both end
+    with server/reconnect naming the last id they sent, A exits by itself within its drain, and
+    the run stream resumed on B once the database is back gives what followed, once."""
+    database = OwnPostgres()
+    try:
+        database.start()
+        tag = uuid.uuid4().hex[:8]
+        first, second = (replica(database.url + "?connect_timeout=2", nats.url, f"lw-d{n}-{tag}") for n in "ab")
+        with serving(first, second):
+            async with clients(first, second) as (a, b):
+                async with open_stream(a, "/v1/stream") as feed:
+                    run_id = await create_run_async(b)
+                    started = await feed.next()
+                    async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
+                        await stream.next()  # the snapshot
+                        await post(b, run_id, chunk("before"))
+                        before = await stream.next()
+                        await outage(database, first, followers=2)
+                        assert first.process is not None
+                        first.process.terminate()
+                        rest, feed_rest = await asyncio.gather(stream.until_closed(), feed.until_closed())
+                assert [event.event for event in rest] == ["server/reconnect"]
+                assert payload(rest[0]) == {"reason": "shutdown", "lastEventId": int(before.id)}
+                assert [event.event for event in feed_rest] == ["server/reconnect"]
+                assert payload(feed_rest[0]) == {"reason": "shutdown", "lastEventId": int(started.id)}
+                assert await asyncio.to_thread(first.process.wait, 30) == 0
+                database.start()
+                async with asyncio.timeout(60):
+                    while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
+                        await asyncio.sleep(0.2)
+                await end(b, run_id)
+                async with open_stream(b, f"/v1/runs/{run_id}/stream?include=chunks", last_event_id=before.id) as resumed:
+                    found = await resumed.until_closed()
+                assert [(event.event, payload(event).get("delta", {}).get("text")) for event in found] == [
+                    ("assistant/chunk", "after"), ("subagent/end", None)]
     finally:
         database.remove()
