@@ -293,6 +293,29 @@ def test_event_ids_are_stored_once_and_conflicts_refuse_the_batch(
     assert [index for index, _ in fresh] == sorted(index for index, _ in fresh)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(st.tuples(st.sampled_from(["a", "b", "c", None]), st.sampled_from(["x", "y"])), max_size=12),
+    stored=st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"]), max_size=3),
+)
+def test_listing_the_carried_event_ids_answers_the_same(
+    events: list[tuple[str | None, str]], stored: dict[str, str]
+) -> None:
+    """The store lists the eventIds a batch carries (to read those in the log) and hands them
+    on: whatever the batch, the answer or the refusal is the one without them."""
+    batch = [chunk(content, event_id) for event_id, content in events]
+    carried = list(dict.fromkeys(event_id for event_id, _ in events if event_id is not None))
+    in_log = {event_id: chunk(content, event_id) for event_id, content in stored.items() if event_id in carried}
+
+    def answer(**given: Any) -> Any:
+        try:
+            return runstate.without_duplicates(batch, in_log, **given)
+        except EventIdConflict as error:
+            return error.extra
+
+    assert answer(carried=carried) == answer()
+
+
 # -- what each operation says and keeps (the mutation baseline, docs/MUTATION.md) ----------------
 
 FULL = RunSpec(run_id="r", parent_run_id="p", agent="a", mode="continuable", metadata={"k": 1}, lease_seconds=30,

@@ -196,14 +196,20 @@ def repeated_create(existing: RunRecord, spec: RunSpec) -> RunRecord:
 
 
 def without_duplicates(
-    events: Sequence[Event], stored: Mapping[str, Any]
+    events: Sequence[Event], stored: Mapping[str, Any], *, carried: Sequence[str] | None = None
 ) -> tuple[list[tuple[int, Event]], int]:
     """The events not yet stored (with their index in the request) and the count of repeats.
 
     ``stored`` maps the ``eventId``s of this request already in the run's log to their bodies.
     A repeated ``eventId`` with the same content (in the log or earlier in the request) is a
     retry, kept once; with other content it is a producer bug, refused as a whole.
+
+    ``carried``: the ``eventId``s the events carry, if the caller listed them. When they carry
+    none, nothing repeats, and the events are not looked at one by one (most appends of a
+    stream carry none: the loop below was a twentieth of a 1,000-event append).
     """
+    if carried is not None and not carried:
+        return list(enumerate(events)), 0
     known = dict(stored)
     fresh: list[tuple[int, Event]] = []
     duplicates = 0

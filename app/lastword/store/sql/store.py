@@ -159,7 +159,9 @@ class SqlStore(Store):
         self, tx: Tx, run_id: str, events: Sequence[dict[str, Any]], now: float, encoded: Sequence[str] | None
     ) -> AppendOutcome:
         run = reads.run(tx, self.dialect, run_id, lock=True)
-        fresh, duplicates = runstate.without_duplicates(events, reads.stored_event_ids(tx, self.dialect, run_id, events))
+        ids = reads.event_ids(events)
+        fresh, duplicates = runstate.without_duplicates(
+            events, reads.stored_event_ids(tx, self.dialect, run_id, ids), carried=ids)
         if not fresh:
             # A retry of events that were all stored answers the same, even after the end.
             return AppendOutcome(accepted=0, duplicates=duplicates, last_seq=run.last_seq)
