@@ -316,6 +316,27 @@ def test_listing_the_carried_event_ids_answers_the_same(
     assert answer(carried=carried) == answer()
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    kept=st.lists(st.booleans(), max_size=12),
+    last_seq=st.integers(min_value=0, max_value=5),
+    with_json=st.booleans(),
+)
+def test_numbered_events_follow_the_run_and_keep_their_own_json(
+    kept: list[bool], last_seq: int, with_json: bool
+) -> None:
+    """Whichever events of a request are fresh, each is numbered after the run's last seq, in
+    order, with the JSON the request carried for it (its index in the request, not its place)."""
+    events = [chunk(str(index)) for index in range(len(kept))]
+    encoded = [f'"{index}"' for index in range(len(kept))] if with_json else None
+    fresh = [(index, event) for index, event in enumerate(events) if kept[index]]
+    run = replace(runstate.create(WHOLE, NOW, 60).run, last_seq=last_seq)
+    assert runstate.numbered(run, fresh, encoded) == [
+        (last_seq + 1 + place, event, None if encoded is None else encoded[index])
+        for place, (index, event) in enumerate(fresh)
+    ]
+
+
 # -- what each operation says and keeps (the mutation baseline, docs/MUTATION.md) ----------------
 
 FULL = RunSpec(run_id="r", parent_run_id="p", agent="a", mode="continuable", metadata={"k": 1}, lease_seconds=30,

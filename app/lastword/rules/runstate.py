@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import count
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -240,6 +241,10 @@ def numbered(run: RunRecord, fresh: Sequence[tuple[int, Event]], encoded: Sequen
     first = run.last_seq + 1
     if encoded is None:
         return [(seq, event, None) for seq, (_, event) in enumerate(fresh, first)]
+    if fresh and fresh[-1][0] == len(fresh) - 1 and len(encoded) >= len(fresh):
+        # The first events of the request, none left out (most appends): their JSON is the
+        # first of ``encoded``, paired in C (a tuple built an event in Python cost a fifth more).
+        return list(zip(count(first), map(_event_of, fresh), encoded))
     return [(seq, event, encoded[index]) for seq, (index, event) in enumerate(fresh, first)]
 
 
