@@ -182,7 +182,7 @@ class SqlStore(Store):
         # The rows go to the store before the events are folded: PostgreSQL's server inserts
         # them while this thread folds (the COPY completes with the transaction's next statement).
         logged = runstate.numbered(run, fresh, encoded)
-        self.dialect.insert_events(tx, run_id, run.turn, logged, now)
+        self.dialect.insert_events(tx, run_id, run.turn, logged, now, with_ids=bool(ids))
         change = runstate.append(run, fold, fresh, now, logged=logged)
         # A chunk event for each delta nobody streams was a twentieth of a batch's CPU: made
         # only when the run has a subscriber now (one that comes before the commit is sent to
