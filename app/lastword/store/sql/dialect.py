@@ -150,8 +150,8 @@ class SqliteDialect:
         # for them when the append knows there are none was 470 instructions an event.)
         plain = [entry for entry in appended if entry[1].get("eventId") is None] if with_ids else appended
         if len(plain) < len(appended):
-            with_ids = [entry for entry in appended if entry[1].get("eventId") is not None]
-            insert_event_rows(tx, event_rows(run_id, turn, with_ids, now))
+            carrying = [entry for entry in appended if entry[1].get("eventId") is not None]
+            insert_event_rows(tx, event_rows(run_id, turn, carrying, now))
         whole = _insert_hundreds(tx, run_id, turn, plain, now)
         if whole < len(plain):
             rows = event_rows(run_id, turn, plain[whole:], now)
