@@ -293,6 +293,50 @@ def test_event_ids_are_stored_once_and_conflicts_refuse_the_batch(
     assert [index for index, _ in fresh] == sorted(index for index, _ in fresh)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(st.tuples(st.sampled_from(["a", "b", "c", None]), st.sampled_from(["x", "y"])), max_size=12),
+    stored=st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"]), max_size=3),
+)
+def test_listing_the_carried_event_ids_answers_the_same(
+    events: list[tuple[str | None, str]], stored: dict[str, str]
+) -> None:
+    """The store lists the eventIds a batch carries (to read those in the log) and hands them
+    on: whatever the batch, the answer or the refusal is the one without them."""
+    batch = [chunk(content, event_id) for event_id, content in events]
+    carried = list(dict.fromkeys(event_id for event_id, _ in events if event_id is not None))
+    in_log = {event_id: chunk(content, event_id) for event_id, content in stored.items() if event_id in carried}
+
+    def answer(**given: Any) -> Any:
+        try:
+            return runstate.without_duplicates(batch, in_log, **given)
+        except EventIdConflict as error:
+            return error.extra
+
+    assert answer(carried=carried) == answer()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kept=st.lists(st.booleans(), max_size=12),
+    last_seq=st.integers(min_value=0, max_value=5),
+    with_json=st.booleans(),
+)
+def test_numbered_events_follow_the_run_and_keep_their_own_json(
+    kept: list[bool], last_seq: int, with_json: bool
+) -> None:
+    """Whichever events of a request are fresh, each is numbered after the run's last seq, in
+    order, with the JSON the request carried for it (its index in the request, not its place)."""
+    events = [chunk(str(index)) for index in range(len(kept))]
+    encoded = [f'"{index}"' for index in range(len(kept))] if with_json else None
+    fresh = [(index, event) for index, event in enumerate(events) if kept[index]]
+    run = replace(runstate.create(WHOLE, NOW, 60).run, last_seq=last_seq)
+    assert runstate.numbered(run, fresh, encoded) == [
+        (last_seq + 1 + place, event, None if encoded is None else encoded[index])
+        for place, (index, event) in enumerate(fresh)
+    ]
+
+
 # -- what each operation says and keeps (the mutation baseline, docs/MUTATION.md) ----------------
 
 FULL = RunSpec(run_id="r", parent_run_id="p", agent="a", mode="continuable", metadata={"k": 1}, lease_seconds=30,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import count
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -196,14 +197,20 @@ def repeated_create(existing: RunRecord, spec: RunSpec) -> RunRecord:
 
 
 def without_duplicates(
-    events: Sequence[Event], stored: Mapping[str, Any]
+    events: Sequence[Event], stored: Mapping[str, Any], *, carried: Sequence[str] | None = None
 ) -> tuple[list[tuple[int, Event]], int]:
     """The events not yet stored (with their index in the request) and the count of repeats.
 
     ``stored`` maps the ``eventId``s of this request already in the run's log to their bodies.
     A repeated ``eventId`` with the same content (in the log or earlier in the request) is a
     retry, kept once; with other content it is a producer bug, refused as a whole.
+
+    ``carried``: the ``eventId``s the events carry, if the caller listed them. When they carry
+    none, nothing repeats, and the events are not looked at one by one (most appends of a
+    stream carry none: the loop below was a twentieth of a 1,000-event append).
     """
+    if carried is not None and not carried:
+        return list(enumerate(events)), 0
     known = dict(stored)
     fresh: list[tuple[int, Event]] = []
     duplicates = 0
@@ -234,6 +241,10 @@ def numbered(run: RunRecord, fresh: Sequence[tuple[int, Event]], encoded: Sequen
     first = run.last_seq + 1
     if encoded is None:
         return [(seq, event, None) for seq, (_, event) in enumerate(fresh, first)]
+    if fresh and fresh[-1][0] == len(fresh) - 1 and len(encoded) >= len(fresh):
+        # The first events of the request, none left out (most appends): their JSON is the
+        # first of ``encoded``, paired in C (a tuple built an event in Python cost a fifth more).
+        return list(zip(count(first), map(_event_of, fresh), encoded))
     return [(seq, event, encoded[index]) for seq, (index, event) in enumerate(fresh, first)]
 
 

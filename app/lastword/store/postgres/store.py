@@ -211,7 +211,9 @@ class PostgresDialect:
     def id_params(self, ids: list[str]) -> list[Any]:
         return [ids]
 
-    def insert_events(self, tx: Tx, run_id: str, turn: int, appended: Sequence[Appended], now: float) -> None:
+    def insert_events(
+        self, tx: Tx, run_id: str, turn: int, appended: Sequence[Appended], now: float, *, with_ids: bool = True
+    ) -> None:
         rows = event_rows(run_id, turn, appended, now)
         if len(rows) < COPY_FROM:
             insert_event_rows(tx, rows)

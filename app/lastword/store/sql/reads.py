@@ -62,12 +62,14 @@ def turn(tx: Tx, run_id: str, number: int) -> TurnRecord:
 
 def event_ids(events: Sequence[dict[str, Any]]) -> list[str]:
     """The ``eventId``s these events carry, each once, in order."""
-    return list(dict.fromkeys(event["eventId"] for event in events if event.get("eventId") is not None))
+    carried = [event.get("eventId") for event in events]
+    if carried.count(None) == len(carried):  # most appends carry none: no second pass
+        return []
+    return list(dict.fromkeys(event_id for event_id in carried if event_id is not None))
 
 
-def stored_event_ids(tx: Tx, dialect: Dialect, run_id: str, events: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The bodies already in the run's log under the ``eventId``s these events carry."""
-    ids = event_ids(events)
+def stored_event_ids(tx: Tx, dialect: Dialect, run_id: str, ids: list[str]) -> dict[str, Any]:
+    """The bodies already in the run's log under ``ids`` (:func:`event_ids`)."""
     if not ids:
         return {}
     rows = tx.stored_ids(run_id, ids)
