@@ -77,13 +77,7 @@ class CliAdapter(abc.ABC):
         (:func:`lastword.adapters.base.feed_each`): what the lines made appended to ``made``, the
         index of the line that made each to ``origins``; a line refused raises, what the lines
         before it made already appended."""
-        start = len(made)
-        try:
-            feed_each(self.read, batch, made, origins)
-        finally:
-            # The turn's eventIds once a batch, not once a line: no adapter reads the id of an
-            # event it has made.
-            self._of_turn(made[start:])
+        feed_each(self.feed, batch, made, origins)
 
     @abc.abstractmethod
     def read(self, index: int, line: Event) -> list[Made]:
