@@ -13,10 +13,10 @@ SQLite in a temporary directory, nobody subscribed), without HTTP, after ``gc.fr
   (``ingest_json``, ``ingest_ndjson`` with the route's appender): the ratio of the two is the
   goal's, by instructions, without the HTTP layer both share;
 * then the route's stages one after the other over the same bodies, each the input of the next:
-  ``parse`` (the body read into provider events or lines), ``adapter`` (``feed`` and
-  ``finish``), for (h) ``staging`` (:class:`lastword.ingest.provider.Staging`'s ``add``) and
-  ``read back`` (its ``batches``), for (k) ``encode`` (``encode_made``), and ``store`` (the
-  append, its writer thread included).
+  ``parse`` (the body read into provider events or lines), ``adapter`` (``feed_many`` a batch
+  at a time, as the routes feed them, and ``finish``), for (h) ``staging``
+  (:class:`lastword.ingest.provider.Staging`'s ``add``) and ``read back`` (its ``batches``),
+  for (k) ``encode`` (``encode_made``), and ``store`` (the append, its writer thread included).
 
 A marker call between stages (libc's ``getpgrp`` through ctypes, as :mod:`bench.stages` does)
 makes callgrind dump its counters there; each figure is a stretch's instructions divided by the
@@ -165,10 +165,13 @@ async def measure(bodies: int, mark: Callable[[], None]) -> list[float]:
                      for body in k_bodies]
             stretch()
             cli_made = []
-            for line_batches in lines:
+            for line_batches in lines:  # as ingest_cli_stream feeds them: a piece's lines at a time
                 cli_adapter = CLI_ADAPTERS["claude-code"].for_request(1)
-                lines_made = [(index, item) for batch in line_batches for index, line in batch
-                              for item in cli_adapter.feed(index, line)]
+                items: list[Any] = []
+                line_of: list[int] = []
+                for batch in line_batches:
+                    cli_adapter.feed_many(batch, items, line_of)
+                lines_made = list(zip(line_of, items))
                 lines_made += [(cli_adapter.lines_read - 1, item) for item in cli_adapter.finish()]
                 cli_made.append(lines_made)
             stretch()

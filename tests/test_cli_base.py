@@ -59,3 +59,25 @@ def test_a_field_of_the_wrong_type_is_refused_naming_its_json_type(
     assert f"line {index}" in str(refused.value)
     assert field in str(refused.value)
     assert f"{field}: expected {expected} (not a" in str(refused.value)
+
+
+@pytest.mark.parametrize("turn", [1, 2])
+@pytest.mark.parametrize("format", ["codex", "claude-code"])
+def test_feed_many_makes_what_feed_makes_line_by_line_up_to_a_refused_line(format: str, turn: int) -> None:
+    """``feed_many`` (what the ingest calls, a batch of lines at a time) makes the events ``feed``
+    makes, with the same eventIds of the turn, each with its line; a line refused mid-batch
+    raises with what the lines before it made appended, their ids of the turn too."""
+    lines = lines_of(format, "resume.turn2")
+    one_by_one = CLI_ADAPTERS[format].for_request(turn)
+    expected = [(index, item.event) for index, line in enumerate(lines) for item in one_by_one.feed(index, line)]
+    made: list[Any] = []
+    origins: list[int] = []
+    CLI_ADAPTERS[format].for_request(turn).feed_many(enumerate(lines), made, origins)
+    assert list(zip(origins, [item.event for item in made], strict=True)) == expected
+    refused_at = max(origins)  # a line that makes something, so some were made before it
+    broken = [*lines[:refused_at], {"type": 7}, *lines[refused_at + 1 :]]
+    made, origins = [], []
+    with pytest.raises(NotTheFormat):
+        CLI_ADAPTERS[format].for_request(turn).feed_many(enumerate(broken), made, origins)
+    before = [(index, event) for index, event in expected if index < refused_at]
+    assert before and list(zip(origins, [item.event for item in made], strict=True)) == before

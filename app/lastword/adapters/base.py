@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 
@@ -36,6 +36,7 @@ from lastword.errors import InvalidProviderEvent, TooDeeplyNested
 from lastword.rules.exact_ints import first_inexact, out_of_range
 
 Event = dict[str, Any]
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,10 +153,7 @@ class ProviderAdapter(abc.ABC):
         the index of the event that completed each to ``origins``. An event refused raises,
         what the events before it made already appended (a body's events a piece at a time:
         one call, not one per event, where calls cost as much as a text delta's translation)."""
-        for index, event in batch:
-            events = self.feed(index, event)
-            made += events
-            origins += [index] * len(events)
+        feed_each(self.feed, batch, made, origins)
 
     @abc.abstractmethod
     def finish(self, *, end: bool = False) -> list[Event]:
@@ -313,6 +311,18 @@ def check_exact_text(text: str, index: int, field: str) -> None:
     if found is not None:
         raise out_of_range(f"event {index}: {field} (at {found[1].removeprefix('.') or 'its top'})",
                            index=index, field=field)
+
+
+def feed_each(feed: Callable[[int, Any], list[_T]], batch: Iterable[tuple[int, Any]], made: list[_T],
+              origins: list[int]) -> None:
+    """``feed(index, item)`` of each ``(index, item)`` of ``batch`` in turn, what each made appended
+    to ``made`` and its index to ``origins``, once an item: the ``feed_many`` of every adapter,
+    provider or CLI, that has no faster one. When ``feed`` refuses an item, what the items before
+    it made is already appended (the ingest stores it, or checks it first)."""
+    for index, item in batch:
+        events = feed(index, item)
+        made += events
+        origins += [index] * len(events)
 
 
 def chunk(kind: str, text: str, event_id: str | None, source: dict[str, Any]) -> Event:

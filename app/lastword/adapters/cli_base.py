@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from lastword.adapters.base import JSON_NAMES, Event, NotTheFormat, StreamStop, refusal
+from lastword.adapters.base import JSON_NAMES, Event, NotTheFormat, StreamStop, feed_each, refusal
 
 __all__ = ["ClaudeCodeLines", "CliAdapter", "Event", "Made", "NotTheFormat", "Reply", "StreamStop", "tool_content"]
 
@@ -70,6 +71,13 @@ class CliAdapter(abc.ABC):
     def feed(self, index: int, line: Event) -> list[Made]:
         """Translate one line; the events it completes, in the order they are to be stored."""
         return self._of_turn(self.read(index, line))
+
+    def feed_many(self, batch: Iterable[tuple[int, Event]], made: list[Made], origins: list[int]) -> None:
+        """:meth:`feed` of each ``(index, line)`` in turn, as a provider adapter's ``feed_many``
+        (:func:`lastword.adapters.base.feed_each`): what the lines made appended to ``made``, the
+        index of the line that made each to ``origins``; a line refused raises, what the lines
+        before it made already appended."""
+        feed_each(self.feed, batch, made, origins)
 
     @abc.abstractmethod
     def read(self, index: int, line: Event) -> list[Made]:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import AsyncIterator, Iterable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -42,24 +44,36 @@ FRAMINGS = {
     "application/jsonl": "ndjson",
     "text/event-stream": "sse",
 }
+_VALUE = itemgetter(1)
 
-def provider_event(value: Any, index: int) -> dict[str, Any]:
+
+def provider_event(value: Any, index: int, noun: str = "event") -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidProviderEvent(f"event {index} is not a JSON object", index=index)
+        raise InvalidProviderEvent(f"{noun} {index} is not a JSON object", index=index)
     return value
 
 
-def provider_objects(values: Iterable[tuple[int, Any]]) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
-    """The numbered values as provider events, up to the first that cannot be read (from
-    ``values`` as they are made) or is not an object, and then its problem: a reader hands on
-    the events before it first, so the problem of an earlier one comes first."""
+def provider_objects(values: Iterable[tuple[int, Any]], noun: str = "event"
+                     ) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
+    """The numbered values as provider events (CLI lines: ``noun``), up to the first that cannot
+    be read (from ``values`` as they are made) or is not an object, and then its problem: a
+    reader hands on the events before it first, so the problem of an earlier one comes first."""
     batch = []
     try:
         for index, value in values:
-            batch.append((index, provider_event(value, index)))
+            batch.append((index, provider_event(value, index, noun)))
     except LastwordError as problem:
         return batch, problem
     return batch, None
+
+
+def read_objects(values: list[tuple[int, Any]], noun: str = "event"
+                 ) -> tuple[list[tuple[int, dict[str, Any]]], LastwordError | None]:
+    """:func:`provider_objects` of values already read: ``values`` itself when all are objects,
+    looked at by ``map``, not by a line of Python per value (the usual body: every one is)."""
+    if all(map(isinstance, map(_VALUE, values), repeat(dict))):
+        return values, None
+    return provider_objects(values, noun)
 
 
 def loads(raw: bytes | str, index: int, noun: str = "event", *, exact: bool = False) -> Any:
@@ -207,7 +221,7 @@ async def provider_event_batches(
     come first, then the problem."""
     if framing in ("json", "ndjson"):
         async for values in (json_array(pieces) if framing == "json" else json_lines(pieces)):
-            batch, problem = provider_objects(values)
+            batch, problem = read_objects(values)
             if batch:
                 yield batch
             if problem is not None:

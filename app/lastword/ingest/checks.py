@@ -12,6 +12,7 @@ what they read, so a refusal here is a safety net for the values they pass on.
 from __future__ import annotations
 
 import asyncio
+from itertools import compress, count
 from typing import Any
 
 import orjson
@@ -164,12 +165,28 @@ def too_large_made(origin: int, size: int, limit: int) -> EventTooLarge:
                          index=origin, limit=limit)
 
 
+def _made_plainly(events: list[dict[str, Any]], limit: int) -> list[bytes] | None:
+    """Each event's :func:`storable_json`, the short ones written by one ``map`` (they cannot nest
+    too deeply: :data:`SHALLOW_BYTES`) and only the others by :func:`storable_json` again; None
+    when one is refused (then :func:`encode_made` goes event by event, to name the first)."""
+    try:
+        bodies = list(map(orjson.dumps, events))
+        for position in compress(count(), map(SHALLOW_BYTES.__le__, map(len, bodies))):
+            bodies[position] = storable_json(events[position])
+    except (orjson.JSONEncodeError, TooDeeplyNested):
+        return None
+    return bodies if max(map(len, bodies), default=0) <= limit else None
+
+
 def encode_made(events: list[dict[str, Any]], origins: list[int], limit: int) -> list[str]:
     """Adapter-made events checked (:func:`check_made`) and encoded, each held to ``limit``
     bytes; a refusal names the provider event (or CLI line) that completed the event."""
     check_made(events, origins)
     if len(events) != len(origins):
         raise ValueError("one origin an event")
+    bodies = _made_plainly(events, limit) if len(events) >= ENCODE_ALONE else None
+    if bodies is not None:
+        return list(map(bytes.decode, bodies))
     # One loop calling storable_json itself (not storable_made per event: a CLI run is a
     # thousand of them), the event that is refused named afterwards by its position.
     encoded: list[str] = []

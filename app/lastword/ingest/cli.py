@@ -49,12 +49,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from itertools import filterfalse, groupby, repeat
+from operator import attrgetter
+from typing import Any, cast
 
 from lastword.adapters import CLI_ADAPTERS
 from lastword.adapters.cli_base import CliAdapter, Made
-from lastword.adapters.framing import json_array, json_lines
+from lastword.adapters.framing import json_array, json_lines, read_objects
 from lastword.errors import BadRequest, EmptyBatch, EventIdConflict, InvalidProviderEvent, LastwordError, RunEnded, RunExists, UnsupportedMedia
 from lastword.ingest.body import Body, BodyCut, BodyDrained, body_pieces
 from lastword.ingest.checks import encode_made
@@ -107,12 +109,12 @@ async def ingest_cli_stream(
         at = unread.extra.get("index")
         if not isinstance(at, int):  # the body's bytes, not a line (bad gzip): where it stopped
             at = adapter.lines_read
-        writer.add(at, adapter.cut(at))
+        writer.add_of(at, adapter.cut(at))
         await writer.flush()
         raise unread
     if adapter.lines_read == 0:
         raise EmptyBatch("the body holds no line", index=0)
-    writer.add(adapter.lines_read - 1, adapter.finish())
+    writer.add_of(adapter.lines_read - 1, adapter.finish())
     await writer.flush()
     stored = writer.answer
     stored.stop_reason, stored.provider_stop_reason = adapter.stop.stop_reason, adapter.stop.provider
@@ -142,11 +144,17 @@ async def _read(lines: AsyncIterator[list[tuple[int, Any]]], adapter: CliAdapter
                 return error
             if batch is None:
                 return None
-            for index, line in batch:
-                try:
-                    writer.add(index, adapter.feed(index, _object(line, index)))
-                except LastwordError as error:  # not the format
-                    return error
+            objects, problem = read_objects(batch, "line")
+            made: list[Made] = []
+            origins: list[int] = []
+            try:
+                adapter.feed_many(objects, made, origins)
+            except LastwordError as error:  # not the format
+                return error
+            finally:
+                writer.add(made, origins)  # what the lines before a refused one made included
+            if problem is not None:  # a line that is not an object
+                return problem
             ahead = _read_ahead(reading)
             # Two turns of the loop: one for the server to take in a piece that has reached
             # the socket, one for the read to take it.
@@ -179,7 +187,9 @@ class _Writer:
         self.answer = answer
         self.format = format
         self.join_continuations = join_continuations
-        self.pending: list[tuple[int, Made]] = []
+        #: What the lines made, not stored yet, and the line that made each.
+        self.pending: list[Made] = []
+        self.origins: list[int] = []
         self.children: set[str] = set()
         #: By run written to: the eventIds it holds and the format that made each.
         self.known: dict[str, dict[str, str | None]] = {}
@@ -192,38 +202,41 @@ class _Writer:
         #: adapter's own versions of them (see the module's docstring).
         self.usage_gap: dict[str, dict[str, int]] = {}
 
-    def add(self, index: int, made: list[Made]) -> None:
-        for item in made:
-            self.pending.append((index, item))
+    def add(self, made: list[Made], origins: list[int]) -> None:
+        """Stage ``made``, ``origins[i]`` the line that made ``made[i]``."""
+        self.pending += made
+        self.origins += origins
+
+    def add_of(self, index: int, made: list[Made]) -> None:
+        """:meth:`add` of what line ``index`` (or the body's end after it) made."""
+        self.add(made, [index] * len(made))
 
     async def flush(self) -> None:
-        pending, self.pending = self.pending, []
+        pending, origins = self.pending, self.origins
+        self.pending, self.origins = [], []
         start = 0
-        while start < len(pending):
-            child = pending[start][1].child
-            end = start
-            while end < len(pending) and pending[end][1].child == child:
-                end += 1
-            # A transcript names its subagent on its replies, not on the prompt line before them.
-            agent = next((item.agent for _, item in pending[start:end] if item.agent is not None), None)
-            await self._store(child, agent, pending[start:end])
+        # The stretches of one run: grouped by ``map``, not by a line of Python per event.
+        for child, stretch in groupby(map(_CHILD, pending)):
+            end = start + len(list(stretch))
+            await self._store(child, pending[start:end], origins[start:end])
             start = end
 
-    async def _store(self, child: str | None, agent: str | None, stretch: list[tuple[int, Made]]) -> None:
+    async def _store(self, child: str | None, stretch: list[Made], lines: list[int]) -> None:
+        """Store ``stretch``, what ``lines`` made for one run (``child``)."""
         target = self.run_id if child is None else f"{self.run_id}.{child}"
         if child is not None and child not in self.children:
-            await self._create_child(child, agent, target, stretch[0][0])
+            # A transcript names its subagent on its replies, not on the prompt line before them.
+            agent = next((item.agent for item in stretch if item.agent is not None), None)
+            await self._create_child(child, agent, target, lines[0])
         for reread in (False, True):
             known = await self._known(target)
-            fresh = [(index, item) for index, item in stretch if not _seen_elsewhere(item.event, known, self.format)] \
-                if target in self.foreign else stretch
-            if len(fresh) < len(stretch) or self.usage_gap.get(target):
-                fresh = self._kept_elsewhere(target, stretch, fresh)
-            if not fresh:
+            made, origins = stretch, lines
+            if target in self.foreign or self.usage_gap.get(target):
+                made, origins = self._fresh(target, stretch, lines, known)
+            if not made:
                 self.answer.duplicates += len(stretch)
                 return
-            events = [item.event for _, item in fresh]
-            origins = [index for index, _ in fresh]
+            events = list(map(_EVENT, made))
             encoded = encode_made(events, origins, self.limit)
             try:
                 outcome = await self.service.append(target, events, encoded)
@@ -243,14 +256,26 @@ class _Writer:
                 target = self.run_id
                 outcome = await self.service.append(target, late, encode_made(late, origins, self.limit))
                 break
-        self.answer.duplicates += len(stretch) - len(fresh)
-        for event in events:
-            if isinstance(event.get("eventId"), str):
-                known.setdefault(event["eventId"], self.format)
+        self.answer.duplicates += len(stretch) - len(made)
+        # Each new eventId, made by this format: by ``map``, not by a line of Python per event.
+        made_ids = cast("Iterator[str]", filter(_IS_STR, map(dict.get, events, repeat("eventId"))))
+        known.update(dict.fromkeys(filterfalse(known.__contains__, made_ids), self.format))
         self.answer.accepted += outcome.accepted
         self.answer.duplicates += outcome.duplicates
         if target == self.run_id:
             self.answer.last_seq = outcome.last_seq
+
+    def _fresh(self, target: str, stretch: list[Made], lines: list[int],
+               known: dict[str, str | None]) -> tuple[list[Made], list[int]]:
+        """What of ``stretch`` (made by ``lines``) is stored in ``target``, and the lines that made
+        it: not the events the run holds from another format, and a usage-only remainder lowered
+        by what those carried (see the module's docstring)."""
+        pairs = list(zip(lines, stretch, strict=True))
+        fresh = [(index, item) for index, item in pairs if not _seen_elsewhere(item.event, known, self.format)] \
+            if target in self.foreign else pairs
+        if len(fresh) < len(pairs) or self.usage_gap.get(target):
+            fresh = self._kept_elsewhere(target, pairs, fresh)
+        return [item for _, item in fresh], [index for index, _ in fresh]
 
     def _kept_elsewhere(self, target: str, stretch: list[tuple[int, Made]],
                         fresh: list[tuple[int, Made]]) -> list[tuple[int, Made]]:
@@ -303,6 +328,11 @@ class _Writer:
         self.children.add(child)
 
 
+_CHILD = attrgetter("child")
+_EVENT = attrgetter("event")
+_IS_STR = str.__instancecheck__
+
+
 def _usage(event: dict[str, Any]) -> dict[str, int]:
     """An assistant message's usage (empty for any other event)."""
     message = event.get("message")
@@ -336,12 +366,6 @@ async def _renewing(pieces: AsyncIterator[bytes], service: RunService, run_id: s
             await service.renew_lease(run_id)
             renewed = now
         yield piece
-
-
-def _object(value: Any, index: int) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidProviderEvent(f"line {index} is not a JSON object", index=index)
-    return value
 
 
 __all__ = ["CliAdapter", "ingest_cli_stream"]
