@@ -512,9 +512,9 @@ def _fast_refusal(events: list[Any]) -> msgspec.ValidationError | None:
 _REFUSED_AT = re.compile(r"`\$\.events\[([0-9]+)\][^`]*`\Z")
 #: Refused events the fast check goes on after, each time from the next event: a batch with a
 #: few events it does not describe (a ``turn/end`` at its end, an ``x-`` event, a ``ts`` on 29
-#: February, steps and tool results) leaves only those to the models. Going on costs about what the models take
-#: for one event, so it stops after ``FAST_RESUMES`` and one more per ``RESUME_SPACING`` events of
-#: the batch; the rest then goes as without the fast check. (A batch whose every event it refuses
+#: February, steps and tool results) leaves only those to the models. Going on costs about what
+#: the models take for one event, so it stops after ``FAST_RESUMES`` and one more per
+#: ``RESUME_SPACING`` events of the batch; the rest then goes as without the fast check. (A batch whose every event it refuses
 #: is checked by the models at a few per cent more.)
 FAST_RESUMES = 8
 RESUME_SPACING = 16
