@@ -52,6 +52,19 @@ def test_a_single_event_object(api: httpx.Client) -> None:
     assert ingested(api, run_id) == [event]
 
 
+def test_timestamps_are_stored_as_sent(api: httpx.Client) -> None:
+    """Events whose ts the fast check takes (lower-case, a space, a long fraction, an offset) or
+    leaves to the models (29 February) keep their ts exactly as written, over JSON and NDJSON."""
+    run_id = create_run(api)
+    stamps = ["2024-05-01T10:00:00Z", "2024-05-01t10:00:00.123456789012z", "2024-05-01 10:00:60-05:30",
+              "2024-02-29T00:00:00.1+00:00"]
+    batch = [{**chunk(ts), "ts": ts} for ts in stamps] + [{**message(ts), "ts": ts} for ts in stamps]
+    assert api.post(f"/v1/runs/{run_id}/events", json=batch).status_code == 200
+    response = api.post(f"/v1/runs/{run_id}/events", content=ndjson(*batch), headers=NDJSON)
+    assert response.status_code == 200, response.text
+    assert ingested(api, run_id) == batch + batch
+
+
 def test_an_array_of_events(api: httpx.Client) -> None:
     """A JSON array body stores every event in order and answers the last seq."""
     run_id = create_run(api)

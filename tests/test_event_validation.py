@@ -6,6 +6,7 @@ position in the batch (``index``) and the field (``message.content[0].text``).
 
 from __future__ import annotations
 
+import calendar
 import copy
 from typing import Any
 
@@ -245,6 +246,69 @@ def test_refusal_lists_the_problems() -> None:
     assert "done" in first["message"]
 
 
+# RFC 3339 timestamps of every form the models accept (lower-case t and z, a space, fractions of
+# any length, offsets, the leap second, 29 February of a leap year), and near misses: one part a
+# step out of its range or form (year 0000, month 13, 29 February of a common year, hour 24, second
+# 61, offset +24:00, an offset without its colon, a newline after it), or one character changed,
+# added or cut.
+def _digits(low: int, high: int, width: int = 2) -> st.SearchStrategy[str]:
+    return st.integers(low, high).map(lambda n: str(n).zfill(width))
+
+
+@st.composite
+def _timestamp_parts(draw: st.DrawFn) -> list[str]:
+    """The parts of a valid timestamp, one string each: date, separator, time, fraction, offset."""
+    year = draw(st.one_of(st.sampled_from([1, 1900, 2000, 2023, 2024, 9999]), st.integers(1, 9999)))
+    month = draw(st.integers(1, 12))
+    last = calendar.monthrange(year, month)[1]
+    day = draw(st.one_of(st.integers(28, last), st.integers(1, last)))
+    fraction = draw(st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=12).map(lambda d: "." + d)))
+    offset = draw(st.one_of(st.sampled_from(["Z", "z"]),
+                            st.tuples(st.sampled_from("+-"), _digits(0, 23), _digits(0, 59))
+                            .map(lambda part: f"{part[0]}{part[1]}:{part[2]}")))
+    return ["", f"{year:04d}", f"-{month:02d}", f"-{day:02d}", draw(st.sampled_from("Tt ")), draw(_digits(0, 23)),
+            f":{draw(_digits(0, 59))}", f":{draw(st.one_of(st.just('60'), _digits(0, 59)))}", fraction, offset]
+
+
+#: For each part of :func:`_timestamp_parts`, values a step outside what the models accept.
+_NEAR_PARTS: list[list[str]] = [
+    [" ", "\ufeff", "x"],
+    ["0000", "999", "10000", "\u0662\u0660\u0662\u0664", "+2024"],
+    ["-00", "-13", "-1", "-001", "/01"],
+    ["-00", "-32", "-29", "-30", "-31", "-1"],  # 29-31 overflow a month now and then (-02-29 of 2023)
+    ["_", "", "TT", "\t", "T "],
+    ["24", "25", "1", "\uff11\uff12"],
+    [":60", ":99", ":1", "-00"],
+    [":61", ":99", ":6", ":006"],
+    [".", ",5", ".5.5", ". 5", ".\u0663"],
+    ["", "+0100", "-2359", "+01", "+1:00", "+01:0", "+24:00", "+00:60", "UTC", "Z\n", "+01:00\n", "ZZ", "+01:00Z",
+     " Z", "-00:00 "],
+]
+
+
+@st.composite
+def _near_timestamps(draw: st.DrawFn) -> str:
+    parts = draw(_timestamp_parts())
+    where = draw(st.integers(0, len(parts) - 1))
+    parts[where] = draw(st.sampled_from(_NEAR_PARTS[where]))
+    return "".join(parts)
+
+
+@st.composite
+def _spoiled_timestamps(draw: st.DrawFn) -> str:
+    ts = "".join(draw(_timestamp_parts()))
+    at = draw(st.one_of(st.sampled_from([0, len(ts) - 1, len(ts)]), st.integers(0, len(ts))))
+    other = draw(st.one_of(st.sampled_from(list("0129:-+.TtZz \n\u0663\uff12")), st.characters()))
+    how = draw(st.sampled_from(["change", "add", "cut"]))
+    if how == "add":
+        return ts[:at] + other + ts[at:]
+    return ts[:at] + (other if how == "change" else "") + ts[at + 1:]
+
+
+_valid_timestamps = _timestamp_parts().map("".join)
+_timestamps = st.one_of(_valid_timestamps, _near_timestamps(), _spoiled_timestamps())
+
+
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
@@ -256,7 +320,7 @@ _near_text_deltas = st.fixed_dictionaries(
          {"type": st.sampled_from(["text", "reasoning", "tool_call"]), "text": _json_values},
          optional={"extra": _json_values}))},
     optional={"eventId": st.one_of(st.none(), st.integers(), st.text(max_size=205)),
-              "ts": st.sampled_from(["2026-01-01T00:00:00Z", "yesterday"]), "other": _json_values},
+              "ts": st.one_of(st.sampled_from(["yesterday", 1]), _timestamps), "other": _json_values},
 )
 
 
@@ -280,6 +344,9 @@ def test_fast_path_accepts_only_what_the_full_check_accepts(event: dict[str, Any
         "2024-01-01T23:59:59+23:00",  # the largest offset hour
         "2024-01-01T23:59:59-00:59",  # the largest offset minute
         "2024-02-29T00:00:00Z",  # a leap day
+        "2000-02-29T00:00:00Z",  # a leap day of a century
+        "0001-01-01t00:00:00z",  # the first year; lower case
+        "9999-12-31 23:59:59.123456789012+05:30",  # the last day; a space; a long fraction
     ],
 )
 def test_timestamps_at_the_bounds_are_accepted(ts: str) -> None:
@@ -297,6 +364,11 @@ def test_timestamps_at_the_bounds_are_accepted(ts: str) -> None:
         "2024-01-01T00:00:00+24:00",  # offset hour 24
         "2024-01-01T00:00:00+00:60",  # offset minute 60
         "2024-01-01T00:00:00Zjunk",  # trailing junk
+        "2024-01-01T00:00:00Z\n",  # a trailing newline
+        "2024-01-01T00:00:00+0100",  # an offset without its colon
+        "2024-01-01T00:00:00.Z",  # a point without digits
+        "1900-02-29T00:00:00Z",  # a century not a leap year
+        "0000-01-01T00:00:00Z",  # year 0
         "2024-01-01T00:00:00",  # no offset
         " 2024-01-01T00:00:00Z",  # leading space
     ],
@@ -315,18 +387,22 @@ def test_timestamps_out_of_range_are_refused(ts: str) -> None:
 
 @pytest.mark.parametrize(
     "event",
-    [chunk("a"), chunk(""), chunk("a", "e"), chunk("a", "e" * 200), {**chunk("a"), "eventId": None}],
-    ids=["plain", "empty", "event-id", "event-id-200", "event-id-null"],
+    [chunk("a"), chunk(""), chunk("a", "e"), chunk("a", "e" * 200), {**chunk("a"), "eventId": None},
+     {**chunk("a"), "ts": "2024-01-01T00:00:00Z"}, {**chunk("a", "e"), "ts": "2024-12-31t23:59:60.123456789+05:30"},
+     {**chunk("a"), "ts": None}],
+    ids=["plain", "empty", "event-id", "event-id-200", "event-id-null", "ts", "ts-and-id", "ts-null"],
 )
 def test_plain_text_chunks_take_the_fast_path(event: Event) -> None:
-    """A text chunk with at most an eventId skips the full check (most of a stream is these)."""
+    """A text chunk with at most an eventId and a ts skips the full check (most of a stream is these)."""
     assert is_plain_text_delta(event)
 
 
 @pytest.mark.parametrize(
     "event",
     [
-        {**chunk("a"), "ts": "2024-01-01T00:00:00Z"},
+        {**chunk("a"), "ts": "2024-02-29T00:00:00Z"},
+        {**chunk("a"), "ts": "2024-01-01T00:00:00+0100"},
+        {**chunk("a"), "ts": 1},
         {**chunk("a"), "extra": 1},
         {**chunk("a"), "eventId": ""},
         {**chunk("a"), "eventId": "e" * 201},
@@ -339,11 +415,13 @@ def test_plain_text_chunks_take_the_fast_path(event: Event) -> None:
         {"type": "assistant/message", "delta": {"type": "text", "text": "a"}},
         ["assistant/chunk"],
     ],
-    ids=["ts", "extra", "empty-id", "long-id", "int-id", "reasoning", "int-text", "no-text", "str-delta",
+    ids=["ts-29-february", "ts-no-colon", "int-ts",
+         "extra", "empty-id", "long-id", "int-id", "reasoning", "int-text", "no-text", "str-delta",
          "no-delta", "other-type", "not-an-object"],
 )
 def test_everything_else_takes_the_full_check(event: Any) -> None:
-    """Anything beyond a bare text chunk (a ts, extra fields, another id or delta) is checked in full."""
+    """Anything beyond a bare text chunk (a ts on 29 February or not RFC 3339, extra fields, another id
+    or delta) is checked in full."""
     assert not is_plain_text_delta(event)
 
 
@@ -535,7 +613,8 @@ _near_blocks = st.one_of(
                   "input": st.one_of(st.just({}), _json_values), "toolCallId": st.text(max_size=2),
                   "content": _texts, "extra": _json_values}))
 _event_ids = _mostly([None, "e", "e" * 200, "😀" * 200], ["", "e" * 201, "😀" * 201, 7, True])
-_common = {"eventId": _event_ids, "ts": _mostly([None], ["2026-01-01T00:00:00Z", "yesterday", 1]),
+_common = {"eventId": _event_ids, "ts": _mostly(st.one_of(st.none(), _valid_timestamps),
+                                                  st.one_of(st.sampled_from(["yesterday", 1]), _timestamps)),
            "extra": _json_values}
 _near_chunks = st.fixed_dictionaries(
     {"type": _mostly(["assistant/chunk"], ["assistant/message", "x-c"]),
@@ -562,7 +641,8 @@ _fast_chunks = st.fixed_dictionaries(
      "delta": st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["text", "reasoning"]),
                                                "text": st.text(max_size=3)}),
                         st.fixed_dictionaries({"type": st.just("tool_call")}, optional={"id": st.text(max_size=2)}))},
-    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]), "ts": st.none(), "extra": _json_values})
+    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]),
+              "ts": st.one_of(st.none(), _valid_timestamps), "extra": _json_values})
 _fast_blocks = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=3)}),
     st.fixed_dictionaries({"type": st.just("reasoning"), "text": st.text(max_size=3)},
@@ -581,9 +661,12 @@ _fast_messages = st.fixed_dictionaries(
                        {"inputTokens": _fast_counts, "outputTokens": _fast_counts},
                        optional={"cacheReadTokens": st.one_of(st.none(), _fast_counts),
                                  "cacheWriteTokens": st.one_of(st.none(), _fast_counts)}))})},
-    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]), "ts": st.none()})
+    optional={"eventId": st.sampled_from([None, "e", "e" * 200, "😀" * 200]),
+              "ts": st.one_of(st.none(), _valid_timestamps)})
 _HAZARDS: list[Any] = [None, "", "e" * 201, "😀" * 201, -1, 2**53, True, False, 2.0, 2.5, "x", "text", "tool_result",
-            "step-start", "x-e", "turn/end", "2026-01-01T00:00:00Z", "yesterday", [], {}, [{}], 7]
+            "step-start", "x-e", "turn/end", "2026-01-01T00:00:00Z", "yesterday", [], {}, [{}], 7,
+            "2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "0000-01-01T00:00:00Z", "2026-01-01T24:00:00Z",
+            "2026-01-01T00:00:61Z", "2026-01-01T00:00:00+0100", "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00Z\n"]
 _REMOVED = object()
 
 
@@ -648,31 +731,59 @@ def test_the_fast_check_changes_no_answer(events: list[Any]) -> None:
 
 
 def test_the_common_events_take_the_fast_check() -> None:
-    """Text, reasoning and tool-call chunks and assistant messages with usage, ids and null ts are
-    accepted by the fast check (so a streamed session skips the models)."""
+    """Text, reasoning and tool-call chunks and assistant messages with usage, ids and a ts (but on
+    29 February) are accepted by the fast check (so a streamed session skips the models)."""
     from lastword.rules.events import fast_accepts
 
     events = [chunk("a"), chunk("", "e" * 200), {**chunk("a"), "ts": None, "extra": [1]},
+              {**chunk("a"), "ts": "2026-01-01T00:00:00Z"}, {**chunk("a"), "ts": "2026-12-31 23:59:60.5-12:30"},
+              {**message_with(), "ts": "0001-03-31t00:00:00.123456789012z"},
               VALID_EVENTS["reasoning-chunk"], VALID_EVENTS["tool-call-chunk"],
               message_with({"type": "text", "text": "x"}, {"type": "reasoning", "text": "", "signature": "s"},
                            {"type": "tool_call", "id": "c", "name": "n", "input": {}},
                            id="m", usage={"inputTokens": 1, "outputTokens": 2**53 - 1, "cacheReadTokens": None},
                            stopReason="end_turn", error=None)]
     assert fast_accepts(events)
-    for refused_or_left in ({**chunk("a"), "ts": "2026-01-01T00:00:00Z"}, {**chunk("a"), "eventId": "e" * 201},
+    for refused_or_left in ({**chunk("a"), "ts": "2024-02-29T00:00:00Z"},
+                            {**chunk("a"), "ts": "2026-01-01T00:00:00+0100"}, {**chunk("a"), "eventId": "e" * 201},
                             message_with(usage={"inputTokens": True, "outputTokens": 1}),
                             message_with({"type": "step-start"}), {"type": "turn/end", "stopReason": "completed"}):
         assert not fast_accepts([*events, refused_or_left])
 
 
+@settings(max_examples=1500, deadline=None)
+@given(_timestamps)
+def test_the_fast_checks_take_a_ts_only_when_the_models_do(ts: str) -> None:
+    """Any timestamp, valid or a near miss: on a text chunk and on a message, the fast check and the
+    text-delta shortcut accept it only if the models do, and validation answers as the models alone."""
+    from lastword.rules.events import _EVENT, fast_accepts, validate_in_full
+
+    for event in ({**chunk("a"), "ts": ts}, {**OK_MESSAGE, "ts": ts}):
+        assert _outcome(validate_events, [event]) == _outcome(validate_in_full, [event])
+        if fast_accepts([event]) or is_plain_text_delta(event):
+            _EVENT.validate_python(event)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_valid_timestamps)
+def test_a_valid_ts_takes_the_fast_checks_but_on_29_february(ts: str) -> None:
+    """Every RFC 3339 form a producer may stamp takes the fast check and the text-delta shortcut;
+    29 February (a leap year or not) is left to the models."""
+    from lastword.rules.events import fast_accepts
+
+    taken = ts[4:10] != "-02-29"
+    assert fast_accepts([{**chunk("a"), "ts": ts}, {**OK_MESSAGE, "ts": ts}]) == taken
+    assert is_plain_text_delta({**chunk("a"), "ts": ts}) == taken
+
+
 # -- the models decide only the events the fast check leaves -------------------------------------
 
-_TS = "2026-01-01T00:00:00Z"
+_TS = "2024-02-29T00:00:00Z"  # a ts the fast check leaves to the models
 
 
 def test_only_the_events_the_fast_check_refuses_are_left_to_the_models() -> None:
     """A batch of common events with a few the fast check does not describe (an ``x-`` event, a
-    ``ts``, a step, a ``turn/end`` at its end) leaves only those to the models."""
+    ``ts`` on 29 February, a step, a ``turn/end`` at its end) leaves only those to the models."""
     from lastword.rules.events import left_to_models
 
     events: list[Any] = [chunk(str(n)) for n in range(40)]
