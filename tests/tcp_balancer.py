@@ -75,29 +75,42 @@ class Balancer:
 
         self._loop.run_until_complete(listen())
         self._loop.run_forever()
-        for task in asyncio.all_tasks(self._loop):
+        # Connections still forwarded at the close (a client's keep-alive, a stream): their
+        # tasks close both ends as they are cancelled, and the loop runs until the transports
+        # are gone, or they would be collected unclosed (a ResourceWarning in the test).
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.run_until_complete(asyncio.sleep(0))
         self._loop.close()
 
     async def _forward(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        for index in self._candidates():
-            try:
-                upstream = await asyncio.open_connection("127.0.0.1", self.backends[index])
-            except OSError:
-                continue  # not listening (yet, or any more): the next one up
-            self.forwarded[index] += 1
-            break
-        if upstream is None:
-            client_writer.close()  # no replica up: the client sees the connection closed
+        writers = [client_writer]
+        try:
+            upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+            for index in self._candidates():
+                try:
+                    upstream = await asyncio.open_connection("127.0.0.1", self.backends[index])
+                except OSError:
+                    continue  # not listening (yet, or any more): the next one up
+                self.forwarded[index] += 1
+                break
+            if upstream is None:
+                return  # no replica up: the client sees the connection closed
+            upstream_reader, upstream_writer = upstream
+            writers.append(upstream_writer)
+            await asyncio.gather(_copy(client_reader, upstream_writer, client_writer),
+                                 _copy(upstream_reader, client_writer, upstream_writer))
+        except asyncio.CancelledError:
+            # The balancer closes with the connection open: an end, not a failure (asyncio's
+            # server would log the cancelled task as one).
             return
-        upstream_reader, upstream_writer = upstream
-        await asyncio.gather(_copy(client_reader, upstream_writer, client_writer),
-                             _copy(upstream_reader, client_writer, upstream_writer))
-        for writer in (client_writer, upstream_writer):
-            writer.close()
+        finally:
+            for writer in writers:
+                writer.close()
+        for writer in writers:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
