@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from lastword.errors import Conflict
+from lastword.rules.ds import Producer
 from lastword.store.sql.batch import MAX_BATCH
 from lastword.store.sqlite.group import GroupWriter
 from lastword.store.sqlite.store import SqliteStore
@@ -394,3 +395,22 @@ async def test_appends_of_a_later_batch_see_their_runs_as_the_committed_batches_
             assert [event.seq for event in events] == list(range(1, len(events) + 1))
             assert (await store.get_run(run_id)).last_seq == len(events)
         assert [event.turn for event in await store.events_after("e", 0, 10) if event.type == "assistant/chunk"] == [1, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_an_append_as_a_producer_finds_the_event_ids_its_run_holds(tmp_path: Path) -> None:
+    """An append of a Durable Streams producer (and one without) looks its eventIds up in its run's
+    log, listed once when it is submitted: the one stored before is a duplicate, the other new."""
+    async with four_runs(tmp_path) as store:
+        await store.append("a", [chunk_event("a1", "id-a1")], T0)
+        await store.append("b", [chunk_event("b1", "id-b1")], T0)
+        answers = await asyncio.gather(
+            store.append_as_producer("a", [chunk_event("a1", "id-a1"), chunk_event("a2", "id-a2")], T0, None,
+                                     Producer("p", 0, 0)),
+            store.append_as_producer("b", [chunk_event("b1", "id-b1"), chunk_event("b2", "id-b2")], T0, None, None),
+        )
+        assert [(outcome.accepted, outcome.duplicates) for outcome, _ in answers] == [(1, 1), (1, 1)]
+        for run_id in "ab":
+            events = await store.events_after(run_id, 0, 10)
+            texts = [event.body["delta"]["text"] for event in events if event.type == "assistant/chunk"]
+            assert texts == [f"{run_id}1", f"{run_id}2"]

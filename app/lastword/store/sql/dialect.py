@@ -74,9 +74,14 @@ def _stored(event: dict[str, Any], encoded: str | None) -> str:
     return encoded if encoded is not None else dumps(event)
 
 
+#: One event row (``EVENT_COLUMNS`` order). Built once: the driver looks each statement up in
+#: its cache by its text, and a text made again for every append is hashed again.
+INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
 def insert_event_rows(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
     """Event rows as plain ``INSERT``s (both backends; PostgreSQL copies large batches instead)."""
-    tx.many(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    tx.many(INSERT_EVENT, rows)
 
 
 _EVENT_COLUMN_NAMES = [column.strip() for column in EVENT_COLUMNS.split(",")]

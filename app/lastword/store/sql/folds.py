@@ -139,6 +139,8 @@ class FoldCache:
         """The least recently used folds go until both bounds hold; one whose lock is held (in
         use: a writer's, or a reader's catching up) stays."""
         extra_folds, extra_bytes = len(self._slots) - self._size, self._bytes - self._max_bytes
+        if extra_folds <= 0 and extra_bytes <= 0:
+            return  # every append asks, after it counts its fold: most find both bounds hold
         going: list[tuple[str, int]] = []
         for key, slot in self._slots.items():
             if extra_folds <= 0 and extra_bytes <= 0:

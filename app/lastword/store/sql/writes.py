@@ -15,8 +15,8 @@ from lastword.rules.records import RunRecord, StoredEvent
 from lastword.rules.runstate import Change, NewEvent
 from lastword.rules.webhook_payload import payload, webhook_id
 from lastword.store.sql import outbox
-from lastword.store.sql.dialect import Dialect
-from lastword.store.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, TURN_COLUMNS, dumps
+from lastword.store.sql.dialect import INSERT_EVENT, Dialect
+from lastword.store.sql.rows import RUN_COLUMNS, TURN_COLUMNS, dumps
 from lastword.store.sql.tx import Tx
 
 #: Events the service hands to its live subscribers after a commit.
@@ -26,7 +26,6 @@ _INSERT_RUN = (
     f"INSERT INTO runs ({RUN_COLUMNS.replace('pk, ', '')}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id) DO NOTHING RETURNING pk"
 )
-_INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def insert_run(tx: Tx, run: RunRecord) -> int | None:
@@ -102,7 +101,7 @@ def persist(
 
 
 def _insert_lifecycle(tx: Tx, dialect: Dialect, run: RunRecord, event: NewEvent, now: float) -> StoredEvent:
-    tx.run(_INSERT_EVENT, (run.run_id, event.seq, event.turn, event.type, None, dumps(event.body), now))
+    tx.run(INSERT_EVENT, (run.run_id, event.seq, event.turn, event.type, None, dumps(event.body), now))
     if event.type == "subagent/end":
         # In the end's own transaction: the end and its webhook delivery commit together.
         outbox.enqueue(tx, run.run_id, event.turn, webhook_id(run.run_id, event.turn), payload(event.body), now)
