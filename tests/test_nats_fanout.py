@@ -250,6 +250,23 @@ async def test_a_commit_whose_notice_never_comes_still_reaches_a_stream(
         elsewhere.stop()
 
 
+@asynccontextmanager
+async def on_own_database(
+    nats: NatsServer,
+) -> AsyncIterator[tuple[OwnPostgres, ServerProcess, httpx.AsyncClient, httpx.AsyncClient]]:
+    """Replicas A and B on NATS over a PostgreSQL of the test's own, which the test may stop:
+    (the database, A's process, a client of A, a client of B)."""
+    database = OwnPostgres()
+    try:
+        database.start()
+        tag = uuid.uuid4().hex[:8]
+        first, second = (replica(database.url + "?connect_timeout=2", nats.url, f"lw-o{n}-{tag}") for n in "ab")
+        with serving(first, second):
+            async with clients(first, second) as (a, b):
+                yield database, first, a, b
+    finally:
+        database.remove()
+
 
 async def outage(database: OwnPostgres, server: ServerProcess, *, followers: int) -> None:
     """Stop ``database`` and wait until ``server``'s cursor sweep met the outage and sent its
@@ -271,32 +288,24 @@ async def test_a_database_outage_does_not_cut_the_streams_of_replicas_on_nats(na
     sweeps its cursors: the sweep's failed read sends both streams back to the log, their reads
     fail too, and they wait for the store instead of ending (kept open by keep-alives); once the
     database is back, commits through B reach the same two streams."""
-    database = OwnPostgres()
-    try:
-        database.start()
-        tag = uuid.uuid4().hex[:8]
-        first, second = (replica(database.url + "?connect_timeout=2", nats.url, f"lw-o{n}-{tag}") for n in "ab")
-        with serving(first, second):
-            async with clients(first, second) as (a, b):
-                async with open_stream(a, "/v1/stream") as feed:
-                    run_id = await create_run_async(b)
-                    assert (await feed.next()).event == "subagent/start"
-                    async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
-                        assert (await stream.next()).event == "run/snapshot"
-                        await post(b, run_id, chunk("before"))
-                        assert (await stream.next()).event == "assistant/chunk"
-                        await outage(database, first, followers=2)
-                        database.start()
-                        async with asyncio.timeout(60):
-                            while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
-                                await asyncio.sleep(0.2)
-                        heard = await stream.next()
-                        assert (heard.event, payload(heard)["delta"]["text"]) == ("assistant/chunk", "after")
-                        await end(b, run_id)
-                        assert (await stream.next()).event == "subagent/end"
-                        assert (await feed.next()).event == "subagent/end"
-    finally:
-        database.remove()
+    async with on_own_database(nats) as (database, first, a, b):
+        async with open_stream(a, "/v1/stream") as feed:
+            run_id = await create_run_async(b)
+            assert (await feed.next()).event == "subagent/start"
+            async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
+                assert (await stream.next()).event == "run/snapshot"
+                await post(b, run_id, chunk("before"))
+                assert (await stream.next()).event == "assistant/chunk"
+                await outage(database, first, followers=2)
+                database.start()
+                async with asyncio.timeout(60):
+                    while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
+                        await asyncio.sleep(0.2)
+                heard = await stream.next()
+                assert (heard.event, payload(heard)["delta"]["text"]) == ("assistant/chunk", "after")
+                await end(b, run_id)
+                assert (await stream.next()).event == "subagent/end"
+                assert (await feed.next()).event == "subagent/end"
 
 
 async def test_a_replica_draining_while_its_streams_wait_for_the_store_ends_them_to_resume(
@@ -305,37 +314,29 @@ async def test_a_replica_draining_while_its_streams_wait_for_the_store_ends_them
     """SIGTERM while PostgreSQL is down and A's run stream and firehose wait for it: both end
     with server/reconnect naming the last id they sent, A exits by itself within its drain, and
     the run stream resumed on B once the database is back gives what followed, once."""
-    database = OwnPostgres()
-    try:
+    async with on_own_database(nats) as (database, first, a, b):
+        async with open_stream(a, "/v1/stream") as feed:
+            run_id = await create_run_async(b)
+            started = await feed.next()
+            async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
+                await stream.next()  # the snapshot
+                await post(b, run_id, chunk("before"))
+                before = await stream.next()
+                await outage(database, first, followers=2)
+                assert first.process is not None
+                first.process.terminate()
+                rest, feed_rest = await asyncio.gather(stream.until_closed(), feed.until_closed())
+        assert [event.event for event in rest] == ["server/reconnect"]
+        assert payload(rest[0]) == {"reason": "shutdown", "lastEventId": int(before.id)}
+        assert [event.event for event in feed_rest] == ["server/reconnect"]
+        assert payload(feed_rest[0]) == {"reason": "shutdown", "lastEventId": int(started.id)}
+        assert await asyncio.to_thread(first.process.wait, 30) == 0
         database.start()
-        tag = uuid.uuid4().hex[:8]
-        first, second = (replica(database.url + "?connect_timeout=2", nats.url, f"lw-d{n}-{tag}") for n in "ab")
-        with serving(first, second):
-            async with clients(first, second) as (a, b):
-                async with open_stream(a, "/v1/stream") as feed:
-                    run_id = await create_run_async(b)
-                    started = await feed.next()
-                    async with open_stream(a, f"/v1/runs/{run_id}/stream?include=chunks") as stream:
-                        await stream.next()  # the snapshot
-                        await post(b, run_id, chunk("before"))
-                        before = await stream.next()
-                        await outage(database, first, followers=2)
-                        assert first.process is not None
-                        first.process.terminate()
-                        rest, feed_rest = await asyncio.gather(stream.until_closed(), feed.until_closed())
-                assert [event.event for event in rest] == ["server/reconnect"]
-                assert payload(rest[0]) == {"reason": "shutdown", "lastEventId": int(before.id)}
-                assert [event.event for event in feed_rest] == ["server/reconnect"]
-                assert payload(feed_rest[0]) == {"reason": "shutdown", "lastEventId": int(started.id)}
-                assert await asyncio.to_thread(first.process.wait, 30) == 0
-                database.start()
-                async with asyncio.timeout(60):
-                    while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
-                        await asyncio.sleep(0.2)
-                await end(b, run_id)
-                async with open_stream(b, f"/v1/runs/{run_id}/stream?include=chunks", last_event_id=before.id) as resumed:
-                    found = await resumed.until_closed()
-                assert [(event.event, payload(event).get("delta", {}).get("text")) for event in found] == [
-                    ("assistant/chunk", "after"), ("subagent/end", None)]
-    finally:
-        database.remove()
+        async with asyncio.timeout(60):
+            while (await b.post(f"/v1/runs/{run_id}/events", json=[chunk("after")])).status_code != 200:
+                await asyncio.sleep(0.2)
+        await end(b, run_id)
+        async with open_stream(b, f"/v1/runs/{run_id}/stream?include=chunks", last_event_id=before.id) as resumed:
+            found = await resumed.until_closed()
+        assert [(event.event, payload(event).get("delta", {}).get("text")) for event in found] == [
+            ("assistant/chunk", "after"), ("subagent/end", None)]
